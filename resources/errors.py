@@ -1,0 +1,23 @@
+"""Errors a person can act on: each names the file, line and value at fault, and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LockstepError(Exception):
+    """Base for every error lockstep raises on purpose (as opposed to a bug)."""
+
+
+class FileFormatError(LockstepError):
+    """A file lockstep reads is not what it should be.
+
+    Renders as ``path:line: what is wrong`` so editors and terminals can jump to it.
+    """
+
+    def __init__(self, path: str | Path, line: int | None, message: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.message = message
+        where = f"{self.path}:{line}" if line else self.path
+        super().__init__(f"{where}: {message}")

@@ -1,0 +1,288 @@
+"""GitRemotes: the git remotes lockstep reads and pushes to, through GitPython with a timeout on every call.
+
+One bare mirror per remote URL under a shared cache directory is reused across runs, so a fetch
+only moves new objects. Pushes are fast-forward only: lockstep never force-pushes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+import git
+from pydantic import BaseModel, Field
+
+from resources.errors import LockstepError
+from resources.secrets import redact
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+# Never wait for a password prompt or an unknown host key: fail and say so.
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "LC_ALL": "C",
+}
+
+
+class GitError(LockstepError):
+    """A git command failed; the message carries the redacted command and git's own words."""
+
+
+class RemoteUnreachable(GitError):
+    """ls-remote or fetch could not reach the remote (or it is not a repository)."""
+
+
+class NonFastForward(GitError):
+    """A push would not be a fast-forward of the remote branch; nothing was pushed."""
+
+
+class CommitInfo(BaseModel):
+    sha: str
+    tree: str
+    author: str
+    committed_at: datetime
+    summary: str
+    parents: list[str] = Field(default_factory=list)
+
+
+class Worktree(BaseModel):
+    """A temporary checkout of one branch; `base_sha` is the remote tip it was cloned at."""
+
+    path: Path
+    url: str
+    branch: str
+    base_sha: str
+
+
+def _default_cache_dir() -> Path:
+    if env := os.environ.get("LOCKSTEP_CACHE"):
+        return Path(env) / "git"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lockstep" / "git"
+
+
+def mirror_name(url: str) -> str:
+    """A readable, collision-free directory name for a remote's mirror."""
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", redact(url).rstrip("/").rsplit("/", 2)[-1])[-40:]
+    return f"{tail}-{hashlib.sha256(url.encode()).hexdigest()[:12]}.git"
+
+
+class GitRemotes(dg.ConfigurableResource):
+    """ls-remote, a shared mirror cache, fetch by sha, ancestry, commit info, fast-forward push."""
+
+    cache_dir: str = Field(default="", description="Mirror cache; empty: $LOCKSTEP_CACHE/git or ~/.cache/lockstep/git.")
+    timeout_s: float = Field(default=300.0, gt=0, description="Every git call is killed after this.")
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _cache(self) -> Path:
+        return Path(self.cache_dir).expanduser() if self.cache_dir else _default_cache_dir()
+
+    def _git(self, args: Sequence[str], cwd: Path | None = None, *, url: str | None = None) -> str:
+        cmd = git.cmd.Git(str(cwd) if cwd else None)
+        try:
+            return cmd.execute(
+                ["git", *args],
+                kill_after_timeout=self.timeout_s,
+                env={**os.environ, **_GIT_ENV},
+                strip_newline_in_stdout=True,
+            )
+        except git.GitCommandError as exc:
+            stderr = redact(str(exc.stderr or "").strip())
+            shown = redact(" ".join(args))
+            if url is not None and _looks_unreachable(stderr):
+                raise RemoteUnreachable(f"cannot reach {redact(url)}: {stderr}") from None
+            raise GitError(f"git {shown} failed (exit {exc.status}): {stderr}") from None
+
+    @contextlib.contextmanager
+    def _locked_mirror(self, url: str) -> Iterator[git.Repo]:
+        """The mirror for `url`, created on first use, held under an exclusive file lock."""
+        cache = self._cache()
+        cache.mkdir(parents=True, exist_ok=True)
+        path = cache / mirror_name(url)
+        with open(str(path) + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (path / "HEAD").exists():
+                git.Repo.init(path, bare=True)
+            yield git.Repo(path)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    def ls_remote(self, *, url: str, branch: str) -> str | None:
+        """The sha at the tip of `branch` on `url`, or None when the branch does not exist."""
+        out = self._git(["ls-remote", "--heads", url, f"refs/heads/{branch}"], url=url)
+        for line in out.splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref == f"refs/heads/{branch}":
+                return sha
+        return None
+
+    def fetch(
+        self, *, url: str, shas: Sequence[str] = (), branches: Sequence[str] = (), depth: int | None = None
+    ) -> Path:
+        """Bring commits into the shared mirror and return its path.
+
+        `shas` are fetched exactly (shallow when `depth` is given) and kept under
+        ``refs/lockstep/keep/<sha>``; `branches` land under ``refs/lockstep/heads/<branch>``.
+        """
+        for sha in shas:
+            if not SHA_RE.match(sha):
+                raise GitError(f"{sha!r} is not a full 40-hex commit sha")
+        with self._locked_mirror(url) as repo:
+            mirror = Path(repo.git_dir)
+            missing = [s for s in shas if not _has_commit(repo, s) or (depth is None and _is_shallow(repo))]
+            refspecs = [f"{s}:refs/lockstep/keep/{s}" for s in missing]
+            refspecs += [f"+refs/heads/{b}:refs/lockstep/heads/{b}" for b in branches]
+            if not refspecs:
+                return mirror
+            args = ["fetch", "--no-tags", "--quiet"]
+            if depth is not None:
+                args.append(f"--depth={depth}")
+            elif _is_shallow(repo):
+                args.append("--unshallow")
+            self._git([*args, url, *refspecs], mirror, url=url)
+            return mirror
+
+    def is_ancestor(self, *, url: str, ancestor: str, descendant: str) -> bool:
+        """True when `ancestor` is reachable from `descendant` (full history is fetched if needed)."""
+        mirror = self.fetch(url=url, shas=[ancestor, descendant])
+        try:
+            self._git(["merge-base", "--is-ancestor", ancestor, descendant], mirror)
+        except GitError as exc:
+            if "exit 1)" in str(exc):
+                return False
+            raise
+        return True
+
+    def commit_info(self, *, url: str, sha: str) -> CommitInfo:
+        """Tree, author, time and summary of one commit."""
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        fmt = "%H%x00%T%x00%an <%ae>%x00%ct%x00%s%x00%P"
+        out = self._git(["show", "-s", f"--format={fmt}", sha], mirror)
+        h, tree, author, ct, summary, parents = out.split("\x00")
+        return CommitInfo(
+            sha=h,
+            tree=tree,
+            author=author,
+            committed_at=datetime.fromtimestamp(int(ct), tz=timezone.utc),
+            summary=summary,
+            parents=parents.split(),
+        )
+
+    def show_file(self, *, url: str, sha: str, path: str) -> str | None:
+        """The text of `path` at commit `sha`, or None when the commit has no such file."""
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        try:
+            return self._git(["show", f"{sha}:{path}"], mirror)
+        except GitError as exc:
+            if "does not exist" in str(exc) or "exists on disk, but not in" in str(exc):
+                return None
+            raise
+
+    @contextlib.contextmanager
+    def checkout(self, *, url: str, branch: str | None = None, sha: str | None = None) -> Iterator[Worktree]:
+        """A temporary worktree of `branch` (at its current tip) or of an exact `sha`, removed after use."""
+        if (branch is None) == (sha is None):
+            raise ValueError("checkout needs exactly one of branch= or sha=")
+        if branch is not None:
+            tip = self.ls_remote(url=url, branch=branch)
+            if tip is None:
+                raise GitError(f"branch {branch!r} does not exist on {redact(url)}")
+            mirror = self.fetch(url=url, branches=[branch])
+            base = self._git(["rev-parse", f"refs/lockstep/heads/{branch}"], mirror)
+        else:
+            assert sha is not None
+            mirror = self.fetch(url=url, shas=[sha], depth=1)
+            base = sha
+        with tempfile.TemporaryDirectory(prefix="lockstep-wt-") as tmp:
+            path = Path(tmp) / "checkout"
+            # A detached worktree of the mirror shares its object store (shallow or not): a checkout
+            # costs only its files, and concurrent runs never fight over a branch ref.
+            self._git(["worktree", "add", "--quiet", "--detach", str(path), base], mirror)
+            try:
+                yield Worktree(path=path, url=url, branch=branch or "", base_sha=base)
+            finally:
+                self._git(["worktree", "remove", "--force", str(path)], mirror)
+
+    def commit_all(self, *, worktree: Worktree, message: str, author: str, paths: Sequence[str]) -> str:
+        """Commit the given paths in `worktree` as `author` ("Name <email>"); returns the new sha."""
+        name, _, email = author.partition(" <")
+        ident = ["-c", f"user.name={name}", "-c", f"user.email={email.rstrip('>')}"]
+        self._git(["add", "--", *paths], worktree.path)
+        self._git([*ident, "commit", "--quiet", "--no-verify", "-m", message], worktree.path)
+        return self._git(["rev-parse", "HEAD"], worktree.path)
+
+    def push_fast_forward(self, *, worktree: Worktree) -> str:
+        """Push the worktree's HEAD to its branch, only as a fast-forward of the tip it was cloned at.
+
+        Fetch-check-push: the remote tip is read again first; if it moved since the clone, nothing
+        is pushed and NonFastForward says so. The push itself is a plain (non-force) push, so the
+        remote refuses anything else too. Returns the pushed sha, confirmed by a second ls-remote.
+        """
+        head = self._git(["rev-parse", "HEAD"], worktree.path)
+        try:
+            self._git(["merge-base", "--is-ancestor", worktree.base_sha, head], worktree.path)
+        except GitError:
+            raise NonFastForward(
+                f"{head[:8]} does not descend from {worktree.base_sha[:8]}, the tip of "
+                f"{worktree.branch}: nothing was pushed"
+            ) from None
+        now = self.ls_remote(url=worktree.url, branch=worktree.branch)
+        if now != worktree.base_sha:
+            raise NonFastForward(
+                f"branch {worktree.branch} on {redact(worktree.url)} moved from "
+                f"{worktree.base_sha[:8]} to {(now or 'nothing')[:8]} while lockstep worked on it: "
+                "nothing was pushed; run again to redo the work on the new tip"
+            )
+        try:
+            self._git(["push", "--quiet", "--porcelain", worktree.url, f"HEAD:refs/heads/{worktree.branch}"],
+                      worktree.path, url=worktree.url)
+        except RemoteUnreachable:
+            raise
+        except GitError as exc:
+            raise NonFastForward(f"the remote refused the push to {worktree.branch}: {exc}") from None
+        after = self.ls_remote(url=worktree.url, branch=worktree.branch)
+        if after != head:
+            raise GitError(
+                f"pushed {head[:8]} to {worktree.branch} but the remote now says {(after or 'nothing')[:8]}"
+            )
+        return head
+
+
+def _has_commit(repo: git.Repo, sha: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{sha}^{{commit}}")
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def _is_shallow(repo: git.Repo) -> bool:
+    return (Path(repo.git_dir) / "shallow").exists()
+
+
+_UNREACHABLE = (
+    "does not appear to be a git repository",
+    "could not read from remote repository",
+    "could not resolve host",
+    "connection refused",
+    "connection timed out",
+    "repository not found",
+    "unable to access",
+    "timeout:",
+    "no such file or directory",
+)
+
+
+def _looks_unreachable(stderr: str) -> bool:
+    low = stderr.lower()
+    return any(marker in low for marker in _UNREACHABLE)

@@ -1,0 +1,149 @@
+"""SiteConfig: one TOML file describes a site — every URL, branch, path and policy lockstep uses.
+
+The path comes from ``LOCKSTEP_SITE``; unset, the embedded sandbox's ``.sandbox/site.toml``.
+Secrets are never stored in the file: it names environment variables (keys ending in ``_env``)
+and the values are read when needed, never written back or logged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from resources.errors import FileFormatError, LockstepError
+from resources.tomlfile import key_line, load_toml
+
+DEFAULT_SITE = Path(".sandbox") / "site.toml"
+SITE_ENV = "LOCKSTEP_SITE"
+
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# A key whose name says it holds a credential: its value must live in the environment.
+_SECRETISH = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _env_names_only(cls, value: Any, info: Any) -> Any:
+        if info.field_name.endswith("_env") and value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                "must be the NAME of an environment variable (like GHCR_TOKEN), "
+                "never the secret itself"
+            )
+        return value
+
+
+class SiteSection(_Table):
+    """``[site]``: who this site is and who owns what lockstep makes."""
+
+    name: str = "site"
+    commit_author: str = Field(
+        default="lockstep <lockstep@localhost>",
+        description="Author of the commits lockstep pushes (re-locks, profiles).",
+    )
+    owners: list[str] = Field(default_factory=list)
+
+    @field_validator("commit_author")
+    @classmethod
+    def _name_email(cls, value: str) -> str:
+        if not re.match(r"^[^<>]+ <[^<>@\s]+@[^<>\s]*>$", value):
+            raise ValueError("must look like 'Name <email@host>'")
+        return value
+
+
+class TpuSection(_Table):
+    """``[tpu]``: the harbor fork, the consumer repo that locks it, and the image it builds."""
+
+    harbor_repo: str
+    harbor_branch: str
+    harbor_package: str = "harbor"
+    consumer_repo: str
+    consumer_branch: str
+    dockerfile: str = "docker/Dockerfile.tpu"
+    build_script: str = "docker/build_tpu_kaniko.sh"
+    image: str = Field(description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent")
+
+    @field_validator("harbor_branch", "consumer_branch")
+    @classmethod
+    def _branch_name(cls, value: str) -> str:
+        if value.startswith("refs/") or not value or re.search(r"\s|\.\.|[~^:?*\[\\]", value):
+            raise ValueError("must be a plain branch name such as 'penfever/working'")
+        return value
+
+
+class SiteConfig(_Table):
+    """The whole site file. Unknown keys are errors: a key in the wrong table must not be ignored."""
+
+    site: SiteSection = Field(default_factory=SiteSection)
+    tpu: TpuSection
+    _path: Path = PrivateAttr(default=Path("site.toml"))
+
+    @property
+    def path(self) -> Path:
+        """The file this config was read from."""
+        return self._path
+
+    def secret_env_names(self) -> list[str]:
+        """Every environment variable the site names as holding a secret."""
+        names: list[str] = []
+        for section in (self.site, self.tpu):
+            for field, value in section:
+                if field.endswith("_env") and value:
+                    names.append(value)
+        return names
+
+
+def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
+    err = exc.errors()[0]
+    loc = tuple(str(p) for p in err["loc"])
+    table, key = loc[:-1], loc[-1] if loc else None
+    line = key_line(text, table, key)
+    dotted = f"[{'.'.join(table)}] {key}" if table else str(key)
+    if err["type"] == "extra_forbidden":
+        hint = " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
+        if key and _SECRETISH.search(key):
+            hint = f" (secrets are never stored in the site file: put the NAME of an environment variable in {key}_env)"
+        return FileFormatError(path, line, f"{dotted}: unknown key{hint}")
+    if err["type"] == "missing":
+        return FileFormatError(path, line, f"{dotted}: required key is missing")
+    value = err.get("input")
+    shown = "" if key and _SECRETISH.search(key) else f" (got {value!r})"
+    msg = err["msg"].removeprefix("Value error, ")
+    return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
+
+
+def load_site(path: Path | str | None = None) -> SiteConfig:
+    """Read and validate a site file. Errors name the file, the line, the key and what is wrong."""
+    site_path = Path(path or os.environ.get(SITE_ENV) or DEFAULT_SITE)
+    if not site_path.exists():
+        hint = (
+            "run `lockstep sandbox up` to create the embedded sandbox"
+            if not (path or os.environ.get(SITE_ENV))
+            else f"check {SITE_ENV}"
+        )
+        raise LockstepError(f"{site_path}: no site file here ({hint})")
+    text = site_path.read_text(encoding="utf-8")
+    data = load_toml(site_path, text)
+    try:
+        config = SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, site_path, text) from None
+    config._path = site_path.resolve()
+    return config
+
+
+class SiteResource(dg.ConfigurableResource):
+    """The site file, loaded when a run or sensor tick first needs it (never at import time)."""
+
+    path: str = Field(default="", description="Site TOML; empty means $LOCKSTEP_SITE or .sandbox/site.toml.")
+
+    def config(self) -> SiteConfig:
+        """Load and validate the site file (a small local read; no network)."""
+        return load_site(self.path or None)

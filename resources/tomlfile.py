@@ -1,0 +1,56 @@
+"""TOML with line numbers: tomllib parses, this finds where a key sits so errors can name the line.
+
+tomllib keeps no positions, and the well-kept round-trip parsers (tomlkit) would be a second TOML
+implementation to trust; a line scan is enough to point a person at `file:line`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from resources.errors import FileFormatError
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
+_TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
+
+
+def _norm(part: str) -> str:
+    return part.strip().strip("\"'")
+
+
+def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error becomes a FileFormatError with the line."""
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise FileFormatError(path, None, "file does not exist") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = _TOML_POS.search(str(exc))
+        raise FileFormatError(path, int(m.group(1)) if m else None, f"not valid TOML: {exc}") from None
+
+
+def key_line(text: str, table: tuple[str, ...], key: str | None = None) -> int | None:
+    """1-based line of `key` inside `[table]`; failing that, of the `[table]` header; else None.
+
+    Keys before the first header are top-level (``table == ()``). Dotted keys are matched on their
+    first part, which is what a person would look for.
+    """
+    current: tuple[str, ...] = ()
+    header_line: int | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if m := _HEADER.match(line):
+            current = tuple(_norm(p) for p in m.group(1).split("."))
+            if current == table and header_line is None:
+                header_line = number
+            continue
+        if key is not None and current == table and (m := _KEY.match(line)):
+            if _norm(m.group(1).split(".")[0]) == key:
+                return number
+    return header_line

@@ -1,0 +1,177 @@
+"""Build the embedded sandbox: real bare git repos on this machine and a site file that points at them.
+
+Idempotent: what exists is kept, what is missing is created. Nothing here is imported by assets or
+resources; the sandbox only writes a SiteConfig that the rest of lockstep reads like any other.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import git
+import tomli_w
+from pydantic import BaseModel
+
+from resources.site import SiteConfig, SiteSection, TpuSection, load_site
+from resources.uv import UvCli
+from sandbox import consumer_source, harbor_source
+
+HARBOR_BRANCH = "penfever/working"
+CONSUMER_BRANCH = "penfever/working"
+AUTHOR = git.Actor("sandbox upstream", "upstream@sandbox.invalid")
+DEFAULT_DIR = Path(".sandbox")
+
+
+class Sandbox(BaseModel):
+    root: Path
+
+    @property
+    def site_file(self) -> Path:
+        return self.root / "site.toml"
+
+    @property
+    def repos(self) -> Path:
+        return self.root / "repos"
+
+    @property
+    def harbor(self) -> Path:
+        return self.repos / "harbor.git"
+
+    @property
+    def consumer(self) -> Path:
+        return self.repos / "openthoughts-agent.git"
+
+    def url(self, bare: Path) -> str:
+        return bare.resolve().as_uri()
+
+
+@contextmanager
+def _worktree(bare: Path, branch: str | None) -> Iterator[git.Repo]:
+    """A throwaway clone of `bare` (or a fresh repo when `branch` is None), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="lockstep-sandbox-") as tmp:
+        path = Path(tmp) / "wt"
+        if branch is None:
+            repo = git.Repo.init(path)
+        else:
+            repo = git.Repo.clone_from(bare.resolve().as_uri(), path, branch=branch)
+        with repo.config_writer() as cw:
+            cw.set_value("user", "name", AUTHOR.name)
+            cw.set_value("user", "email", AUTHOR.email)
+        yield repo
+
+
+def _write(root: Path, files: dict[str, str]) -> list[str]:
+    for rel, text in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return list(files)
+
+
+def _publish(repo: git.Repo, bare: Path, branch: str) -> str:
+    """Push the clone's HEAD to `bare`'s `branch` and return the sha."""
+    repo.git.push(bare.resolve().as_uri(), f"HEAD:refs/heads/{branch}")
+    return repo.head.commit.hexsha
+
+
+def _init_bare(bare: Path, branch: str) -> None:
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    git.Repo.init(bare, bare=True, initial_branch=branch)
+
+
+def _create_harbor(sb: Sandbox) -> str:
+    _init_bare(sb.harbor, HARBOR_BRANCH)
+    with _worktree(sb.harbor, None) as repo:
+        repo.git.checkout("-b", HARBOR_BRANCH)
+        wt = Path(repo.working_dir)
+        paths = _write(wt, {
+            "pyproject.toml": harbor_source.pyproject("0.8.0"),
+            "harbor/__init__.py": harbor_source.init_py("0.8.0", 0),
+            "harbor/job.py": harbor_source.job_py(fixed=False),
+        })
+        repo.index.add(paths)
+        repo.index.commit("harbor 0.8.0", author=AUTHOR, committer=AUTHOR)
+        return _publish(repo, sb.harbor, HARBOR_BRANCH)
+
+
+def _create_consumer(sb: Sandbox, harbor_sha: str) -> str:
+    _init_bare(sb.consumer, CONSUMER_BRANCH)
+    harbor_url = sb.url(sb.harbor)
+    with _worktree(sb.consumer, None) as repo:
+        repo.git.checkout("-b", CONSUMER_BRANCH)
+        wt = Path(repo.working_dir)
+        paths = _write(wt, {
+            "README.md": consumer_source.README,
+            "pyproject.toml": consumer_source.pyproject(harbor_url, HARBOR_BRANCH),
+            "docker/Dockerfile.tpu": consumer_source.dockerfile(harbor_url, harbor_sha),
+            "docker/build_tpu_kaniko.sh": consumer_source.BUILD_SCRIPT,
+        })
+        (wt / "docker/build_tpu_kaniko.sh").chmod(0o755)
+        UvCli(offline=True).lock(project_dir=wt)
+        repo.index.add([*paths, "uv.lock"])
+        repo.index.commit("OpenThoughts-Agent: lock harbor from penfever/working", author=AUTHOR, committer=AUTHOR)
+        return _publish(repo, sb.consumer, CONSUMER_BRANCH)
+
+
+def site_config(sb: Sandbox) -> SiteConfig:
+    return SiteConfig(
+        site=SiteSection(name="sandbox", owners=["team:ml-infra"]),
+        tpu=TpuSection(
+            harbor_repo=sb.url(sb.harbor),
+            harbor_branch=HARBOR_BRANCH,
+            consumer_repo=sb.url(sb.consumer),
+            consumer_branch=CONSUMER_BRANCH,
+            image="127.0.0.1:5000/open-thoughts/openthoughts-agent",
+        ),
+    )
+
+
+def up(root: Path = DEFAULT_DIR) -> Sandbox:
+    """Create whatever part of the sandbox is missing under `root`; return it."""
+    sb = Sandbox(root=root.resolve())
+    sb.root.mkdir(parents=True, exist_ok=True)
+    if not (sb.harbor / "HEAD").exists():
+        shutil.rmtree(sb.consumer, ignore_errors=True)  # its lock would point at a harbor that is gone
+        harbor_sha = _create_harbor(sb)
+    else:
+        harbor_sha = git.Repo(sb.harbor).commit(HARBOR_BRANCH).hexsha
+    if not (sb.consumer / "HEAD").exists():
+        _create_consumer(sb, harbor_sha)
+    if not sb.site_file.exists():
+        data = site_config(sb).model_dump(mode="json", exclude_none=True)
+        sb.site_file.write_text(
+            "# lockstep site file for the embedded sandbox (written by `lockstep sandbox up`).\n"
+            + tomli_w.dumps(data),
+            encoding="utf-8",
+        )
+    load_site(sb.site_file)  # what we wrote (or found) must be a valid site
+    return sb
+
+
+def advance_harbor(root: Path = DEFAULT_DIR, *, fix: bool = False, version_bump: bool = True) -> str:
+    """Push one new commit to the sandbox harbor branch (a version bump unless told otherwise)."""
+    sb = up(root)
+    with _worktree(sb.harbor, HARBOR_BRANCH) as repo:
+        wt = Path(repo.working_dir)
+        pyproject = (wt / "pyproject.toml").read_text()
+        version = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+        assert version is not None
+        old = version.group(1)
+        new = harbor_source.bump_patch(old) if version_bump else old
+        init = (wt / "harbor/__init__.py").read_text()
+        revision = int(re.search(r"^REVISION = (\d+)", init, re.M).group(1)) + 1  # type: ignore[union-attr]
+        files = {
+            "pyproject.toml": pyproject.replace(f'version = "{old}"', f'version = "{new}"', 1),
+            "harbor/__init__.py": harbor_source.init_py(new, revision),
+        }
+        if fix:
+            files["harbor/job.py"] = harbor_source.apply_fix((wt / "harbor/job.py").read_text())
+        repo.index.add(_write(wt, files))
+        what = "fix(job): warn on config drift on resume instead of raising" if fix else f"harbor revision {revision}"
+        repo.index.commit(f"{what} ({new})", author=AUTHOR, committer=AUTHOR)
+        return _publish(repo, sb.harbor, HARBOR_BRANCH)

@@ -1,0 +1,75 @@
+"""harbor_branch_sensor: one ls-remote per tick; a new harbor tip requests exactly one re-lock."""
+
+
+import os
+
+import dagster as dg
+
+from resources.errors import LockstepError
+from resources.git import GitRemotes
+from resources.secrets import redact
+from resources.site import SiteResource
+
+HARBOR_COMMIT_TAG = "lockstep/harbor_commit"
+
+
+def default_sensor_status() -> dg.DefaultSensorStatus:
+    """Sensors start RUNNING under `lockstep demo` (the sandbox), STOPPED elsewhere until a person turns them on."""
+    running = os.environ.get("LOCKSTEP_SENSORS_RUNNING") == "1"
+    return dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
+
+
+def build_harbor_branch_sensor(
+    *, job_name: str, observed: dg.AssetKey, minimum_interval_seconds: int = 60
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name="harbor_branch_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_sensor_status(),
+        description=(
+            "Watches the harbor fork branch with one `git ls-remote` per tick. A new tip is recorded "
+            f"as an observation of {observed.to_user_string()} and requests `{job_name}` with run key "
+            "`harbor:<sha>`, so each commit is re-locked once. Unchanged: a skip reason naming the sha."
+        ),
+    )
+    def harbor_branch_sensor(
+        context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes
+    ) -> dg.SensorResult:
+        try:
+            tpu = site.config().tpu
+        except LockstepError as exc:
+            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+        where = f"{tpu.harbor_branch} on {redact(tpu.harbor_repo)}"
+        try:
+            tip = git.ls_remote(url=tpu.harbor_repo, branch=tpu.harbor_branch)
+        except LockstepError as exc:
+            return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
+        if tip is None:
+            return dg.SensorResult(skip_reason=f"branch {where} does not exist")
+        if tip == context.cursor:
+            return dg.SensorResult(skip_reason=f"{where} still at {tip}")
+
+        metadata: dict[str, dg.MetadataValue] = {"commit": dg.MetadataValue.text(tip)}
+        try:
+            info = git.commit_info(url=tpu.harbor_repo, sha=tip)
+            metadata |= {
+                "summary": dg.MetadataValue.text(info.summary),
+                "author": dg.MetadataValue.text(info.author),
+                "committed_at": dg.MetadataValue.text(info.committed_at.isoformat()),
+            }
+        except LockstepError as exc:
+            context.log.warning(f"commit info for {tip[:8]} unavailable: {exc}")
+        return dg.SensorResult(
+            run_requests=[dg.RunRequest(run_key=f"harbor:{tip}", tags={HARBOR_COMMIT_TAG: tip})],
+            cursor=tip,
+            asset_events=[
+                dg.AssetObservation(
+                    asset_key=observed,
+                    metadata=metadata,
+                    tags={"dagster/data_version": tip},
+                )
+            ],
+        )
+
+    return harbor_branch_sensor

@@ -1,0 +1,116 @@
+"""`tpu/harbor_head` and `tpu/harbor_lock`: the runtime gate for a harbor change is the consumer's uv.lock."""
+
+import dagster as dg
+
+from resources.git import GitRemotes
+from resources.site import SiteResource
+from resources.uv import UvCli
+from tpu_assets.lock_checks import Finding, pins_agree, version_moved
+from tpu_assets.models import HarborLock
+from tpu_assets.relock import relock_harbor
+
+HARBOR_HEAD = dg.AssetKey(["tpu", "harbor_head"])
+HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
+
+harbor_head = dg.AssetSpec(
+    HARBOR_HEAD,
+    group_name="tpu",
+    kinds={"git"},
+    description=(
+        "The tip of the harbor fork's branch (site `[tpu].harbor_branch`), observed by "
+        "`harbor_branch_sensor`. Its data version is the commit sha: when it changes, "
+        "`tpu/harbor_lock` is stale."
+    ),
+)
+
+
+def _metadata(lock: HarborLock) -> dict[str, dg.MetadataValue]:
+    b, a = lock.before, lock.after
+    if lock.pushed:
+        outcome = f"Pushed **{lock.consumer_commit[:8]}** to `{lock.consumer_branch}` (was {lock.consumer_base[:8]})."
+    else:
+        outcome = f"Already at the harbor tip: nothing committed, nothing pushed. Consumer stays at {lock.consumer_commit[:8]}."
+    if a.commit != lock.harbor_tip:
+        outcome += f" Note: uv locked {a.commit[:8]}, the branch tip lockstep saw was {lock.harbor_tip[:8]}."
+    meta: dict[str, dg.MetadataValue] = {
+        "outcome": dg.MetadataValue.md(outcome),
+        "harbor_version": dg.MetadataValue.text(f"{b.version} -> {a.version}"),
+        "harbor_commit": dg.MetadataValue.text(f"{b.commit} -> {a.commit}"),
+        "consumer_commit": dg.MetadataValue.text(lock.consumer_commit),
+        "pushed": dg.MetadataValue.bool(lock.pushed),
+        "dockerfile_pin": dg.MetadataValue.text(f"{lock.dockerfile}:{lock.dockerfile_line}"),
+    }
+    if lock.lock_diff:
+        meta["lock_diff"] = dg.MetadataValue.md(f"```diff\n{lock.lock_diff}\n```")
+    return meta
+
+
+@dg.asset(
+    key=HARBOR_LOCK,
+    deps=[HARBOR_HEAD],
+    group_name="tpu",
+    kinds={"uv", "git"},
+    code_version="1",
+    description=(
+        "The consumer repo re-locked to the harbor tip: `uv lock --upgrade-package harbor` and the "
+        "Dockerfile's `ENV HARBOR_COMMIT` set to the same sha, committed as one commit and pushed "
+        "fast-forward only. This is what ships a harbor change to iris workers (they `uv sync "
+        "--frozen` from the lock); an image rebuild does not. Already at the tip: nothing is pushed. "
+        "Any failure pushes nothing."
+    ),
+)
+def harbor_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, uv: UvCli) -> dg.Output[HarborLock]:
+    config = site.config()
+    lock = relock_harbor(tpu=config.tpu, git=git, uv=uv, author=config.site.commit_author)
+    context.log.info(f"harbor {lock.after.version} @ {lock.after.commit[:8]}; consumer {lock.consumer_commit[:8]} (pushed={lock.pushed})")
+    return dg.Output(lock, data_version=dg.DataVersion(lock.consumer_commit), metadata=_metadata(lock))
+
+
+def _result(finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=finding.passed,
+        severity=severity,
+        description=finding.description,
+        metadata={k: dg.MetadataValue.text(v) for k, v in finding.facts.items()},
+    )
+
+
+@dg.asset_check(
+    asset=HARBOR_LOCK,
+    blocking=True,
+    description=(
+        "At the pushed consumer commit, uv.lock's harbor commit (what workers run) equals the "
+        "Dockerfile's HARBOR_COMMIT (what the image bakes). Read from the remote, not from the run."
+    ),
+)
+def lock_and_dockerfile_agree(lock: HarborLock, site: SiteResource, git: GitRemotes) -> dg.AssetCheckResult:
+    tpu = site.config().tpu
+    at = {"url": tpu.consumer_repo, "sha": lock.consumer_commit}
+    return _result(pins_agree(git.show_file(**at, path="uv.lock"), git.show_file(**at, path=tpu.dockerfile), tpu))
+
+
+@dg.asset_check(
+    asset=HARBOR_LOCK,
+    description=(
+        "When harbor's commit moved, its version moved too. WARN otherwise: a same-version change "
+        "can be served from a stale cached wheel (runbook §2, c49064a8)."
+    ),
+)
+def harbor_version_moved(lock: HarborLock) -> dg.AssetCheckResult:
+    return _result(version_moved(lock), dg.AssetCheckSeverity.WARN)
+
+
+@dg.asset_check(
+    asset=HARBOR_LOCK,
+    blocking=True,
+    description="`uv lock --check` passes on a fresh checkout of the pushed consumer commit.",
+)
+def uv_lock_check(lock: HarborLock, site: SiteResource, git: GitRemotes, uv: UvCli) -> dg.AssetCheckResult:
+    tpu = site.config().tpu
+    with git.checkout(url=tpu.consumer_repo, sha=lock.consumer_commit) as wt:
+        result = uv.lock_check(project_dir=wt.path)
+    return dg.AssetCheckResult(
+        passed=result.ok,
+        description=f"uv lock --check exit {result.exit_code} at {lock.consumer_commit[:8]}",
+        metadata={"output": dg.MetadataValue.md(f"```\n{result.output[-3000:]}\n```")},
+    )
