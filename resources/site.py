@@ -69,6 +69,9 @@ class TpuSection(_Table):
     dockerfile: str = "docker/Dockerfile.tpu"
     build_script: str = "docker/build_tpu_kaniko.sh"
     image: str = Field(description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent")
+    registry_token_env: str | None = Field(
+        default=None, description="NAME of the env var holding the registry token (e.g. GHCR_TOKEN)."
+    )
 
     @field_validator("harbor_branch", "consumer_branch")
     @classmethod
@@ -114,7 +117,8 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     if err["type"] == "missing":
         return FileFormatError(path, line, f"{dotted}: required key is missing")
     value = err.get("input")
-    shown = "" if key and _SECRETISH.search(key) else f" (got {value!r})"
+    secretish = key is not None and (key.endswith("_env") or _SECRETISH.search(key) is not None)
+    shown = "" if secretish else f" (got {value!r})"
     msg = err["msg"].removeprefix("Value error, ")
     return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
 

@@ -1,0 +1,56 @@
+"""Shared fixtures: a real sandbox (bare git repos + a uv-made lock) per test, and the resources on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import git
+import pytest
+
+from resources.git import GitRemotes
+from resources.site import SiteResource
+from resources.uv import UvCli
+from sandbox.world import AUTHOR, CONSUMER_BRANCH, Sandbox, up
+
+
+@pytest.fixture
+def sb(tmp_path: Path) -> Sandbox:
+    return up(tmp_path / "sandbox")
+
+
+@pytest.fixture
+def resources(sb: Sandbox, tmp_path: Path) -> dict[str, object]:
+    return {
+        "site": SiteResource(path=str(sb.site_file)),
+        "git": GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=60),
+        "uv": UvCli(timeout_s=120),
+    }
+
+
+def remote_head(bare: Path, branch: str = CONSUMER_BRANCH) -> str:
+    return git.Repo(bare).commit(branch).hexsha
+
+
+def remote_file(bare: Path, path: str, ref: str = CONSUMER_BRANCH) -> str:
+    return git.Repo(bare).git.show(f"{ref}:{path}")
+
+
+def commit_count(bare: Path, branch: str = CONSUMER_BRANCH) -> int:
+    return int(git.Repo(bare).git.rev_list("--count", branch))
+
+
+@pytest.fixture
+def push_consumer(tmp_path: Path) -> Callable[..., str]:
+    """Commit edits to the sandbox consumer repo as a teammate would; returns the new sha."""
+
+    def push(sb: Sandbox, edit: Callable[[Path], None], message: str = "teammate edit") -> str:
+        wt = tmp_path / f"teammate-{len(list(tmp_path.glob('teammate-*')))}"
+        repo = git.Repo.clone_from(sb.consumer.as_uri(), wt, branch=CONSUMER_BRANCH)
+        edit(wt)
+        repo.git.add("-A")
+        repo.index.commit(message, author=AUTHOR, committer=AUTHOR)
+        repo.git.push("origin", f"HEAD:refs/heads/{CONSUMER_BRANCH}")
+        return repo.head.commit.hexsha
+
+    return push
