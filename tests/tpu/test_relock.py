@@ -21,11 +21,7 @@ from tpu_assets.definitions import defs
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.lock import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
 
-TPU_ASSETS = [
-    defs.get_assets_def(HARBOR_LOCK),
-    *[c for c in defs.asset_checks or []],
-    *[a for a in defs.assets or [] if isinstance(a, dg.AssetSpec)],
-]
+TPU_ASSETS = [*(defs.assets or []), *(defs.asset_checks or [])]
 
 
 def relock(resources: dict[str, object], instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
@@ -63,7 +59,7 @@ def dockerfile_pin(sb: Sandbox) -> str:
 
 
 def sensor_tick(resources: dict[str, object], cursor: str | None, instance: dg.DagsterInstance) -> dg.SensorResult:
-    sensor = defs.get_sensor_def("harbor_branch_sensor")
+    sensor = defs.resolve_sensor_def("harbor_branch_sensor")
     ctx = dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources)
     return sensor(ctx)
 
