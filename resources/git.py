@@ -144,7 +144,8 @@ class GitRemotes(dg.ConfigurableResource):
             refspecs += [f"+refs/heads/{b}:refs/lockstep/heads/{b}" for b in branches]
             if not refspecs:
                 return mirror
-            args = ["fetch", "--no-tags", "--quiet"]
+            # --no-write-fetch-head: FETCH_HEAD would record the URL, credentials and all.
+            args = ["fetch", "--no-tags", "--quiet", "--no-write-fetch-head"]
             if depth is not None:
                 args.append(f"--depth={depth}")
             elif _is_shallow(repo):

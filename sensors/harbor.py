@@ -20,7 +20,7 @@ def default_sensor_status() -> dg.DefaultSensorStatus:
 
 
 def build_harbor_branch_sensor(
-    *, job_name: str, observed: dg.AssetKey, minimum_interval_seconds: int = 60
+    *, job_name: str, observed: dg.AssetKey, minimum_interval_seconds: int = 30
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name="harbor_branch_sensor",
