@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -58,6 +58,62 @@ class SiteSection(_Table):
         return value
 
 
+class Probe(_Table):
+    """A file probe: in the INSTALLED file, what must (and must not) follow an anchor line."""
+
+    name: str
+    path: str = Field(description="Path in the image; relative paths are under [tpu].site_packages. Globs allowed.")
+    anchor: str = Field(description="Regex for the anchor line, e.g. the guard `if existing_config != self.config:`")
+    within: int = Field(default=4, ge=1, description="How many lines after the anchor are looked at.")
+    must_follow: str | None = Field(default=None, description="Regex that must match one of those lines.")
+    must_not_follow: str | None = Field(default=None, description="Regex that must match none of those lines.")
+
+    @field_validator("anchor", "must_follow", "must_not_follow")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regex: {exc}") from None
+        return value
+
+
+HARBOR_GUARD_PROBE = Probe(
+    name="harbor_config_drift_guard",
+    path="harbor/job.py",
+    anchor=r"^\s*if existing_config != self\.config:\s*$",
+    within=4,
+    must_follow=r"logger\.warning\(",
+    must_not_follow=r"^\s*raise\b",
+)
+
+
+class RegistrySection(_Table):
+    """``[registry]``: where images live. `layout` is an OCI image-layout directory (the sandbox)."""
+
+    kind: Literal["http", "layout"] = "http"
+    layout_dir: str = Field(default="registry", description="kind = layout: directory, relative to the site file.")
+    username: str | None = Field(default=None, description="User for token exchange (ghcr: the GitHub user).")
+    token_env: str | None = Field(default=None, description="NAME of the env var with the registry token.")
+
+
+class IrisSection(_Table):
+    """``[iris]``: the cluster CLI that runs kaniko builds and smoke jobs."""
+
+    binary: str = Field(default="iris", description="Path to the iris CLI (relative: to the site file).")
+    cluster: str
+    docker_user: str = Field(description="DOCKER_USER_ID for the kaniko push (ghcr: the GitHub user).")
+    docker_token_env: str = Field(description="NAME of the env var with the push token (ghcr: a GitHub PAT).")
+    cpu: int = Field(default=16, gt=0)
+    memory: str = "64GB"
+    disk: str = "120GB"
+    build_timeout_s: int = Field(default=10800, gt=0)
+    smoke_timeout_s: int = Field(default=3600, gt=0)
+    poll_min_s: float = Field(default=10.0, gt=0)
+    poll_max_s: float = Field(default=60.0, gt=0)
+
+
 class TpuSection(_Table):
     """``[tpu]``: the harbor fork, the consumer repo that locks it, and the image it builds."""
 
@@ -69,9 +125,23 @@ class TpuSection(_Table):
     dockerfile: str = "docker/Dockerfile.tpu"
     build_script: str = "docker/build_tpu_kaniko.sh"
     image: str = Field(description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent")
-    registry_token_env: str | None = Field(
-        default=None, description="NAME of the env var holding the registry token (e.g. GHCR_TOKEN)."
+    floating_tag: str = Field(default="tpu", description="The tag other users pull; moved only by promote/rollback.")
+    site_packages: str = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
+    smoke_command: list[str] = Field(
+        default_factory=lambda: [
+            "bash", "-lc",
+            "/opt/openthoughts/.venv/bin/python -c 'import harbor.job, importlib.metadata as m; "
+            "print(\"harbor\", m.version(\"harbor\"))'",
+        ],
+        description="Run on the pinned tag as an iris job; exit 0 = smoke passed.",
     )
+    probes: list[Probe] = Field(default_factory=lambda: [HARBOR_GUARD_PROBE])
+    min_layers: int = Field(default=2, ge=1, description="One giant layer is not pullable over ghcr egress.")
+    max_layer_bytes: int = Field(default=8 * 1024**3, gt=0)
+    rebuild_on_lock_change: bool = Field(
+        default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
+    )
+    auto_promote: bool = Field(default=False, description="Promote each newly verified build (never while on hold).")
 
     @field_validator("harbor_branch", "consumer_branch")
     @classmethod
@@ -86,6 +156,8 @@ class SiteConfig(_Table):
 
     site: SiteSection = Field(default_factory=SiteSection)
     tpu: TpuSection
+    registry: RegistrySection = Field(default_factory=RegistrySection)
+    iris: IrisSection | None = None
     _path: Path = PrivateAttr(default=Path("site.toml"))
 
     @property
@@ -93,10 +165,15 @@ class SiteConfig(_Table):
         """The file this config was read from."""
         return self._path
 
+    def resolve_path(self, value: str) -> Path:
+        """A path from the site file: relative ones are relative to the file itself."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self._path.parent / p).resolve()
+
     def secret_env_names(self) -> list[str]:
         """Every environment variable the site names as holding a secret."""
         names: list[str] = []
-        for section in (self.site, self.tpu):
+        for section in (self.site, self.tpu, self.registry, *([self.iris] if self.iris else [])):
             for field, value in section:
                 if field.endswith("_env") and value:
                     names.append(value)

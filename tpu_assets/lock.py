@@ -5,8 +5,8 @@ import dagster as dg
 from resources.git import GitRemotes
 from resources.site import SiteResource
 from resources.uv import UvCli
-from tpu_assets.lock_checks import Finding, pins_agree, version_moved
-from tpu_assets.models import HarborLock
+from tpu_assets.lock_checks import pins_agree, version_moved
+from tpu_assets.models import Finding, HarborLock
 from tpu_assets.relock import relock_harbor
 
 HARBOR_HEAD = dg.AssetKey(["tpu", "harbor_head"])

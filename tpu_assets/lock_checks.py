@@ -4,19 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from resources.errors import FileFormatError
 from resources.site import TpuSection
 from resources.uv import UvLock
 from tpu_assets.dockerfile import find_pin, pin_variable
-from tpu_assets.models import HarborLock
-
-
-class Finding(BaseModel):
-    passed: bool
-    description: str
-    facts: dict[str, str] = {}
+from tpu_assets.models import Finding, HarborLock
 
 
 def pins_agree(lock_text: str | None, dockerfile_text: str | None, tpu: TpuSection) -> Finding:

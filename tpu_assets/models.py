@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+
+class Finding(BaseModel):
+    """The outcome of one verification, ready to become an asset check result."""
+
+    passed: bool
+    description: str
+    facts: dict[str, str] = Field(default_factory=dict)
 
 
 class HarborPin(BaseModel):

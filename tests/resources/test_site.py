@@ -65,9 +65,10 @@ def test_secret_value_in_the_file_is_refused_without_echoing_it(tmp_path: Path) 
 
 
 def test_env_name_field_refuses_a_secret_and_does_not_echo_it(tmp_path: Path) -> None:
-    err = error_for(tmp_path, GOOD + 'registry_token_env = "ghp_dontLeakMe123"\n')
+    err = error_for(tmp_path, GOOD + '\n[registry]\ntoken_env = "ghp_dontLeakMe123"\n')
+    assert err.line == 12 and "[registry] token_env" in str(err)
     assert "NAME of an environment variable" in str(err) and "ghp_dontLeakMe123" not in str(err)
-    ok = load_site(write(tmp_path, GOOD + 'registry_token_env = "GHCR_TOKEN"\n'))
+    ok = load_site(write(tmp_path, GOOD + '\n[registry]\ntoken_env = "GHCR_TOKEN"\n'))
     assert ok.secret_env_names() == ["GHCR_TOKEN"]
 
 
