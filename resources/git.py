@@ -164,6 +164,14 @@ class GitRemotes(dg.ConfigurableResource):
             raise
         return True
 
+    def resolve_commit(self, *, url: str, rev: str, branch: str) -> str:
+        """The full sha of `rev` (a short sha, say) among the commits of `branch` on `url`."""
+        mirror = self.fetch(url=url, branches=[branch])
+        try:
+            return self._git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], mirror)
+        except GitError:
+            raise GitError(f"{rev!r} is not a commit of {branch} on {redact(url)}") from None
+
     def commit_info(self, *, url: str, sha: str) -> CommitInfo:
         """Tree, author, time and summary of one commit."""
         mirror = self.fetch(url=url, shas=[sha], depth=1)

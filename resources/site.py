@@ -104,7 +104,9 @@ class IrisSection(_Table):
     binary: str = Field(default="iris", description="Path to the iris CLI (relative: to the site file).")
     cluster: str
     docker_user: str = Field(description="DOCKER_USER_ID for the kaniko push (ghcr: the GitHub user).")
-    docker_token_env: str = Field(description="NAME of the env var with the push token (ghcr: a GitHub PAT).")
+    docker_token_env: str | None = Field(
+        default=None, description="NAME of the env var with the push token (ghcr: a GitHub PAT); none: anonymous push."
+    )
     cpu: int = Field(default=16, gt=0)
     memory: str = "64GB"
     disk: str = "120GB"

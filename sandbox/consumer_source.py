@@ -46,7 +46,7 @@ BUILD_SCRIPT = r"""#!/usr/bin/env bash
 # Kaniko build of the :tpu image, run as an iris job on ubuntu:22.04 (lockstep sandbox copy).
 set -euo pipefail
 : "${GITSHA:?GITSHA is required: it names the immutable :tpu-<gitsha> tag}"
-: "${DOCKER_USER_ID:?}" "${DOCKER_TOKEN:?}"
+: "${DOCKER_USER_ID:?}"
 IMAGE="${IMAGE:-ghcr.io/open-thoughts/openthoughts-agent}"
 DOCKERFILE="${DOCKERFILE:-docker/Dockerfile.tpu}"
 SINGLE_SNAPSHOT="${SINGLE_SNAPSHOT:-0}"
@@ -55,11 +55,14 @@ apt-get update && apt-get install -y --no-install-recommends ca-certificates cur
 curl -sL "https://github.com/google/go-containerregistry/releases/latest/download/go-containerregistry_Linux_x86_64.tar.gz" | tar -xz -C /usr/local/bin crane
 crane export gcr.io/kaniko-project/executor:latest - | tar -x -C /
 
-# Written AFTER the overlay: kaniko's export would clobber /kaniko otherwise.
+# Written AFTER the overlay: kaniko's export would clobber /kaniko otherwise. No token: an anonymous
+# push (a registry on the build host); ghcr needs a GitHub PAT here, not the Docker Hub token.
 export DOCKER_CONFIG=/kaniko/.docker
 mkdir -p "$DOCKER_CONFIG"
-AUTH=$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)
-printf '{"auths":{"ghcr.io":{"auth":"%s"}}}' "$AUTH" > "$DOCKER_CONFIG/config.json"
+if [ -n "${DOCKER_TOKEN:-}" ]; then
+  AUTH=$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)
+  printf '{"auths":{"%s":{"auth":"%s"}}}' "${IMAGE%%/*}" "$AUTH" > "$DOCKER_CONFIG/config.json"
+fi
 
 snapshot=()
 [ "$SINGLE_SNAPSHOT" = "1" ] && snapshot=(--single-snapshot)

@@ -9,6 +9,7 @@ naive grep for the raise finds a hit even in a fixed build (runbook §4).
 from __future__ import annotations
 
 import re
+from importlib import metadata
 
 GUARD = "        if existing_config != self.config:\n"
 BUG = (
@@ -33,6 +34,12 @@ def _filler(first: int, count: int) -> str:
     )
 
 
+def _uv_build_requirement() -> str:
+    # Pinned to the uv lockstep ships, so uv builds harbor with its built-in backend: no index needed.
+    major, minor = (int(x) for x in metadata.version("uv").split(".")[:2])
+    return f"uv_build>={major}.{minor},<{major}.{minor + 1}"
+
+
 def pyproject(version: str) -> str:
     return f"""[project]
 name = "harbor"
@@ -45,8 +52,11 @@ dependencies = []
 daytona = []
 
 [build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
+requires = ["{_uv_build_requirement()}"]
+build-backend = "uv_build"
+
+[tool.uv.build-backend]
+module-root = ""
 """
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,14 +18,22 @@ import git
 import tomli_w
 from pydantic import BaseModel
 
-from resources.site import SiteConfig, SiteSection, TpuSection, load_site
+from resources.site import IrisSection, RegistrySection, SiteConfig, SiteSection, TpuSection, load_site
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
+from sandbox.fake_iris import install_fake_iris
 
 HARBOR_BRANCH = "penfever/working"
 CONSUMER_BRANCH = "penfever/working"
 AUTHOR = git.Actor("sandbox upstream", "upstream@sandbox.invalid")
 DEFAULT_DIR = Path(".sandbox")
+SANDBOX_IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"
+# The sandbox image's venv python is the host's python3 with the image's site-packages on its path.
+SMOKE_COMMAND = [
+    "bash", "-lc",
+    'PYTHONPATH="$IMAGE_ROOT/opt/openthoughts/.venv/lib/python3.12/site-packages" python3 -c '
+    '"import harbor.job, importlib.metadata as m; print(\'harbor\', m.version(\'harbor\'))"',
+]
 
 
 class Sandbox(BaseModel):
@@ -45,6 +54,10 @@ class Sandbox(BaseModel):
     @property
     def consumer(self) -> Path:
         return self.repos / "openthoughts-agent.git"
+
+    @property
+    def iris_home(self) -> Path:
+        return self.root / "iris"
 
     def url(self, bare: Path) -> str:
         return bare.resolve().as_uri()
@@ -118,7 +131,8 @@ def _create_consumer(sb: Sandbox, harbor_sha: str) -> str:
         return _publish(repo, sb.consumer, CONSUMER_BRANCH)
 
 
-def site_config(sb: Sandbox) -> SiteConfig:
+def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
+    """The sandbox's site: local repos, the fake iris, and an image-layout registry (or `registry` host:port)."""
     return SiteConfig(
         site=SiteSection(name="sandbox", owners=["team:ml-infra"]),
         tpu=TpuSection(
@@ -126,13 +140,31 @@ def site_config(sb: Sandbox) -> SiteConfig:
             harbor_branch=HARBOR_BRANCH,
             consumer_repo=sb.url(sb.consumer),
             consumer_branch=CONSUMER_BRANCH,
-            image="127.0.0.1:5000/open-thoughts/openthoughts-agent",
+            image=f"{registry}/open-thoughts/openthoughts-agent" if registry else SANDBOX_IMAGE,
+            smoke_command=SMOKE_COMMAND,
+            # The sandbox wants to show builds after re-locks; a real site rarely needs this (runbook §7).
+            rebuild_on_lock_change=True,
         ),
+        registry=RegistrySection(kind="http") if registry else RegistrySection(kind="layout", layout_dir="registry"),
+        iris=IrisSection(binary="bin/iris", cluster="sandbox", docker_user="sandbox", poll_min_s=0.2, poll_max_s=2.0,
+                         cpu=16, memory="64GB", disk="120GB"),
     )
 
 
-def up(root: Path = DEFAULT_DIR) -> Sandbox:
-    """Create whatever part of the sandbox is missing under `root`; return it."""
+def _install_iris(sb: Sandbox) -> None:
+    py = [sys.executable, "-m"]
+    install_fake_iris(
+        sb.root,
+        builder=[*py, "sandbox.image_builder", "--site", str(sb.site_file)],
+        task_image_hook=[*py, "sandbox.unpack_image", "--site", str(sb.site_file)],
+    )
+
+
+def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
+    """Create whatever part of the sandbox is missing under `root`; return it.
+
+    `registry` (host:port of a running registry server) is used only when the site file is first written.
+    """
     sb = Sandbox(root=root.resolve())
     sb.root.mkdir(parents=True, exist_ok=True)
     if not (sb.harbor / "HEAD").exists():
@@ -143,12 +175,13 @@ def up(root: Path = DEFAULT_DIR) -> Sandbox:
     if not (sb.consumer / "HEAD").exists():
         _create_consumer(sb, harbor_sha)
     if not sb.site_file.exists():
-        data = site_config(sb).model_dump(mode="json", exclude_none=True)
+        data = site_config(sb, registry).model_dump(mode="json", exclude_none=True)
         sb.site_file.write_text(
             "# lockstep site file for the embedded sandbox (written by `lockstep sandbox up`).\n"
             + tomli_w.dumps(data),
             encoding="utf-8",
         )
+    _install_iris(sb)
     load_site(sb.site_file)  # what we wrote (or found) must be a valid site
     return sb
 

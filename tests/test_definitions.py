@@ -26,12 +26,17 @@ def dagster_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subpro
 
 def test_tpu_graph_shape() -> None:
     repo = tpu_defs.get_repository_def()
-    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {"tpu/harbor_head", "tpu/harbor_lock"}
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert keys == {"tpu/harbor_head", "tpu/harbor_lock", "tpu/image", "tpu/smoke", "tpu/verified_image", "tpu/floating_tag"}
     assert {c.name for c in repo.asset_graph.asset_check_keys} == {
-        "lock_and_dockerfile_agree", "harbor_version_moved", "uv_lock_check"}
-    assert repo.asset_graph.get(dg.AssetKey(["tpu", "harbor_lock"])).parent_keys == {dg.AssetKey(["tpu", "harbor_head"])}
-    assert tpu_defs.resolve_job_def("relock_harbor") is not None
-    assert [s.name for s in repo.sensor_defs] == ["harbor_branch_sensor"]
+        "lock_and_dockerfile_agree", "harbor_version_moved", "uv_lock_check", "installed_harbor_matches_lock",
+        "file_probes", "layers_pullable", "floating_tag_bakes_locked_harbor"}
+    graph = repo.asset_graph
+    assert graph.get(dg.AssetKey(["tpu", "harbor_lock"])).parent_keys == {dg.AssetKey(["tpu", "harbor_head"])}
+    assert graph.get(dg.AssetKey(["tpu", "verified_image"])).parent_keys == {dg.AssetKey(["tpu", "image"]), dg.AssetKey(["tpu", "smoke"])}
+    for name in ("relock_harbor", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold"):
+        assert tpu_defs.resolve_job_def(name) is not None
+    assert sorted(s.name for s in repo.sensor_defs) == ["auto_promote_sensor", "consumer_rebuild_sensor", "harbor_branch_sensor"]
     jovian_defs.get_repository_def()  # loads, though it holds little yet
 
 

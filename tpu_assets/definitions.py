@@ -6,18 +6,31 @@ from resources.git import GitRemotes
 from resources.site import SiteResource
 from resources.uv import UvCli
 from sensors.harbor import build_harbor_branch_sensor
+from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
+from tpu_assets.image import image, smoke, verified_image
 from tpu_assets.lock import HARBOR_HEAD, harbor_head, harbor_lock, harbor_version_moved, lock_and_dockerfile_agree, uv_lock_check
+from tpu_assets.partitions import tpu_builds
+from tpu_assets.promotion import floating_tag, floating_tag_bakes_locked_harbor, promote_tpu, release_tpu_hold, rollback_tpu
 
 relock_harbor = dg.define_asset_job(
     "relock_harbor",
     selection=dg.AssetSelection.assets(harbor_lock),
     description="Re-lock harbor in the consumer repo (uv.lock + Dockerfile HARBOR_COMMIT), checked, pushed fast-forward.",
 )
+build_tpu = dg.define_asset_job(
+    "build_tpu",
+    selection=dg.AssetSelection.assets(image, smoke, verified_image),
+    description="Build :tpu-<gitsha> on iris, verify the installed files, smoke it, record it as verified.",
+)
 
 defs = dg.Definitions(
-    assets=[harbor_head, harbor_lock],
-    asset_checks=[lock_and_dockerfile_agree, harbor_version_moved, uv_lock_check],
-    jobs=[relock_harbor],
-    sensors=[build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD)],
+    assets=[harbor_head, harbor_lock, image, smoke, verified_image, floating_tag],
+    asset_checks=[lock_and_dockerfile_agree, harbor_version_moved, uv_lock_check, floating_tag_bakes_locked_harbor],
+    jobs=[relock_harbor, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
+    sensors=[
+        build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD),
+        build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
+        build_auto_promote_sensor(job_name=promote_tpu.name),
+    ],
     resources={"site": SiteResource(), "git": GitRemotes(), "uv": UvCli()},
 )

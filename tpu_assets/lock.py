@@ -7,6 +7,7 @@ from resources.site import SiteResource
 from resources.uv import UvCli
 from tpu_assets.lock_checks import pins_agree, version_moved
 from tpu_assets.models import Finding, HarborLock
+from tpu_assets.partitions import tpu_builds
 from tpu_assets.relock import relock_harbor
 
 HARBOR_HEAD = dg.AssetKey(["tpu", "harbor_head"])
@@ -62,6 +63,9 @@ def _metadata(lock: HarborLock) -> dict[str, dg.MetadataValue]:
 def harbor_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, uv: UvCli) -> dg.Output[HarborLock]:
     config = site.config()
     lock = relock_harbor(tpu=config.tpu, git=git, uv=uv, author=config.site.commit_author)
+    # A re-lock adds its consumer commit as a build partition: it can be built, though it need not be.
+    if not context.instance.has_dynamic_partition(tpu_builds.name, lock.consumer_commit):
+        context.instance.add_dynamic_partitions(tpu_builds.name, [lock.consumer_commit])
     context.log.info(f"harbor {lock.after.version} @ {lock.after.commit[:8]}; consumer {lock.consumer_commit[:8]} (pushed={lock.pushed})")
     return dg.Output(lock, data_version=dg.DataVersion(lock.consumer_commit), metadata=_metadata(lock))
 

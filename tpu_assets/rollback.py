@@ -59,7 +59,7 @@ class RollbackPlan(BaseModel):
         lines = ["; ".join(head) + "."]
         for c in self.considered:
             name = f"build {c.build[:8]}" if c.build else "a digest from before lockstep"
-            mark = "-> TARGET" if c is self.target else f"refused: {c.refused}" if c.refused else "(not needed)"
+            mark = "-> TARGET" if c is self.target else f"refused: {c.refused}" if c.refused else "also possible (older)"
             harbor = f", harbor {c.harbor_commit[:8]}" if c.harbor_commit else ""
             lines.append(f"  {name} {c.digest[:19]}{harbor}{', was on :tpu' if c.was_promoted else ''}: {mark}")
         if not self.target:
@@ -86,6 +86,7 @@ def plan_rollback(
     """Choose the rollback target: newest first, digests that were on the floating tag before the
     verified-but-never-promoted ones; each must be verified, not the current digest, and (when asked)
     carry `must_contain` in its baked harbor (git ancestry via `contains(harbor_commit, required)`).
+    Every candidate is judged, so the plan shows why each older build was or was not eligible.
     """
     by_digest: dict[str, VerifiedBuild] = {}
     for v in sorted(verified, key=lambda v: v.verified_at, reverse=True):
@@ -109,8 +110,6 @@ def plan_rollback(
         considered.append(c)
         if c.refused is None and target is None:
             target = c
-            if not explicit_build:
-                break
     if explicit_build and not considered:
         considered.append(Candidate(build=explicit_build, digest="(none)", refused="not a verified build: only verified builds can be rollback targets"))
     return RollbackPlan(current_digest=current_digest, must_contain=must_contain, explicit_build=explicit_build,

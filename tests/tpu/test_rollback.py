@@ -28,7 +28,8 @@ def test_rollback_refuses_digest_that_predates_fix_and_picks_newest_that_carries
     assert plan.target is not None and plan.target.digest == B2.digest
     refused = {c.digest: c.refused for c in plan.considered}
     assert "now" in (refused[B3.digest] or "")
-    assert B1.digest not in refused  # never reached: B2 came first
+    assert "predates h2" in (refused[B1.digest] or "")  # the tempting rollback, refused with the reason
+    assert "not verified" in (refused[OLD] or "")
     text = plan.explain()
     assert "-> TARGET" in text and B2.build[:8] in text
 

@@ -1,0 +1,60 @@
+"""Unpack an image's layers into a directory (the sandbox's stand-in for a container runtime pulling it).
+
+Run by the fake iris before a non-build job: TASK_IMAGE names the image, IMAGE_ROOT the target.
+Layers are applied bottom-up with OCI whiteouts honoured, so the job sees exactly the image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from resources.registry import ImageRef, Registry, registry_for
+from resources.site import load_site
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def unpack(registry: Registry, *, repository: str, reference: str, root: Path) -> int:
+    """Apply every layer of the image to `root`; returns the number of layers."""
+    manifest = registry.manifest(repository=repository, reference=reference)
+    if manifest is None:
+        raise SystemExit(f"{repository}@{reference}: not in the registry")
+    root.mkdir(parents=True, exist_ok=True)
+    for layer in manifest.layers:
+        with registry.open_blob(repository=repository, digest=layer.digest) as blob, tarfile.open(fileobj=blob, mode="r|*") as tar:
+            for member in tar:
+                rel = Path(member.name.lstrip("./"))
+                if rel.name == ".wh..wh..opq":
+                    for child in (root / rel.parent).glob("*"):
+                        _remove(child)
+                    continue
+                if rel.name.startswith(".wh."):
+                    _remove(root / rel.parent / rel.name.removeprefix(".wh."))
+                    continue
+                tar.extract(member, root, filter="data")
+    return len(manifest.layers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--site", required=True, type=Path)
+    args = parser.parse_args(argv)
+    ref = ImageRef.parse(os.environ["TASK_IMAGE"])
+    root = Path(os.environ["IMAGE_ROOT"])
+    count = unpack(registry_for(load_site(args.site)), repository=ref.repository, reference=ref.reference, root=root)
+    print(f"unpacked {count} layers of {ref} into {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

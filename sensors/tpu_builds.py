@@ -1,0 +1,88 @@
+"""consumer_rebuild_sensor and auto_promote_sensor: rebuilds only when base layers change; promotions never over a hold."""
+
+import dagster as dg
+
+from resources.errors import LockstepError
+from resources.git import GitRemotes
+from resources.secrets import redact
+from resources.site import SiteResource
+from sensors.harbor import default_sensor_status
+from tpu_assets.history import VERIFIED_IMAGE, tag_history
+from tpu_assets.rebuild_policy import rebuild_reason
+from tpu_assets.rollback import current_state
+
+
+def build_consumer_rebuild_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsDefinition) -> dg.SensorDefinition:
+    @dg.sensor(
+        name="consumer_rebuild_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=30,
+        default_status=default_sensor_status(),
+        description=(
+            "Watches the consumer branch (one ls-remote per tick). When the Dockerfile outside the "
+            "HARBOR_COMMIT line or the build script changed, adds the commit as a tpu_builds partition "
+            "and requests a build. A lock-only move is NOT a rebuild (the lock ships harbor to workers) "
+            "unless the site sets rebuild_on_lock_change. The very first tick builds once if nothing was ever built."
+        ),
+    )
+    def consumer_rebuild_sensor(context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes) -> dg.SensorResult:
+        try:
+            tpu = site.config().tpu
+            tip = git.ls_remote(url=tpu.consumer_repo, branch=tpu.consumer_branch)
+        except LockstepError as exc:
+            return dg.SensorResult(skip_reason=f"cannot read the consumer branch: {exc}")
+        where = f"{tpu.consumer_branch} on {redact(tpu.consumer_repo)}"
+        if tip is None:
+            return dg.SensorResult(skip_reason=f"branch {where} does not exist")
+        if tip == context.cursor:
+            return dg.SensorResult(skip_reason=f"{where} still at {tip}")
+        if context.cursor is None:
+            if context.instance.get_dynamic_partitions(partitions_def.name):
+                return dg.SensorResult(cursor=tip, skip_reason=f"first tick: watching {where} from {tip}")
+            reason: str | None = "first build for this site"
+        else:
+            paths = [tpu.dockerfile, tpu.build_script, "uv.lock"]
+            try:
+                old = {p: git.show_file(url=tpu.consumer_repo, sha=context.cursor, path=p) for p in paths}
+                new = {p: git.show_file(url=tpu.consumer_repo, sha=tip, path=p) for p in paths}
+            except LockstepError as exc:
+                return dg.SensorResult(skip_reason=f"cannot read {where} at {tip[:8]}: {exc}")
+            reason = rebuild_reason(old=old, new=new, dockerfile=tpu.dockerfile, build_script=tpu.build_script,
+                                    package=tpu.harbor_package, rebuild_on_lock_change=tpu.rebuild_on_lock_change)
+        if reason is None:
+            return dg.SensorResult(cursor=tip, skip_reason=(
+                f"{where} moved to {tip[:8]} without a base-layer change: no rebuild (the lock and /app ship it)"))
+        return dg.SensorResult(
+            run_requests=[dg.RunRequest(run_key=f"build:{tip}", partition_key=tip, tags={"lockstep/rebuild_reason": reason[:200]})],
+            dynamic_partitions_requests=[partitions_def.build_add_request([tip])],
+            cursor=tip,
+        )
+
+    return consumer_rebuild_sensor
+
+
+def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
+    @dg.asset_sensor(
+        asset_key=VERIFIED_IMAGE,
+        name="auto_promote_sensor",
+        job_name=job_name,
+        default_status=default_sensor_status(),
+        description=(
+            "Promotes each newly verified build when the site sets auto_promote = true — never while a "
+            "rollback hold is set (release it with release_tpu_hold)."
+        ),
+    )
+    def auto_promote_sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry, site: SiteResource):
+        if not site.config().tpu.auto_promote:
+            return dg.SkipReason("auto_promote is off in the site file: promote with promote_tpu")
+        if current_state(tag_history(context.instance))[1]:
+            return dg.SkipReason("the floating tag is on hold after a rollback: nothing promotes until release_tpu_hold")
+        build = asset_event.dagster_event.partition if asset_event.dagster_event else None
+        if not build:
+            return dg.SkipReason("verified_image event without a partition")
+        return dg.RunRequest(
+            run_key=f"promote:{build}",
+            run_config={"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": build, "note": "auto_promote"}}}},
+        )
+
+    return auto_promote_sensor

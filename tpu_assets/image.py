@@ -1,0 +1,178 @@
+"""`tpu/image`, `tpu/smoke`, `tpu/verified_image`: build pinned-first, verify installed files, smoke live."""
+
+import time
+
+import dagster as dg
+
+from resources.git import GitRemotes
+from resources.iris import JobSpec, JobState
+from resources.registry import ImageRef, registry_for
+from resources.site import SiteResource
+from tpu_assets.build import BuildFailed, build_image, gitsha_of, iris_for
+from tpu_assets.history import VERIFIED_IMAGE
+from tpu_assets.inspection import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, verify_image
+from tpu_assets.lock import HARBOR_LOCK
+from tpu_assets.models import BuiltImage, Finding, SmokeResult, VerifiedImage
+from tpu_assets.partitions import tpu_builds
+
+IMAGE = dg.AssetKey(["tpu", "image"])
+SMOKE = dg.AssetKey(["tpu", "smoke"])
+
+IMAGE_CHECKS = [
+    dg.AssetCheckSpec(
+        CHECK_INSTALLED, asset=IMAGE, blocking=True,
+        description="The INSTALLED harbor (dist-info version + direct_url.json commit_id, read out of the "
+        "pushed image's layers) equals the uv.lock pin. Never a build-log line.",
+    ),
+    dg.AssetCheckSpec(
+        CHECK_PROBES, asset=IMAGE, blocking=True,
+        description="The site's file probes hold in the installed files, e.g. in harbor/job.py the "
+        "`existing_config != self.config` guard is followed by logger.warning, not a raise (the far-away "
+        "per-trial raise is not mistaken for it).",
+    ),
+    dg.AssetCheckSpec(
+        CHECK_LAYERS, asset=IMAGE, blocking=True,
+        description="Several layers, none over the site's size limit: a single giant layer is not pullable over ghcr egress.",
+    ),
+]
+
+
+def _check_result(name: str, finding: Finding) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=name, asset_key=IMAGE, passed=finding.passed, description=finding.description[:2000],
+        metadata={k: dg.MetadataValue.md(f"```\n{v}\n```") for k, v in list(finding.facts.items())[:10]},
+    )
+
+
+@dg.asset(
+    key=IMAGE,
+    deps=[HARBOR_LOCK],
+    partitions_def=tpu_builds,
+    check_specs=IMAGE_CHECKS,
+    group_name="tpu",
+    kinds={"kaniko", "oci"},
+    pool="iris_builds",
+    code_version="1",
+    description=(
+        "The consumer commit (the partition) built as a kaniko job on iris and pushed ONLY to the "
+        "immutable `:tpu-<gitsha>`; the floating tag is never a build destination. The job is "
+        "state-polled, never log-watched; the digest comes from the registry, not from the job. An "
+        "existing pinned tag is reused, never rebuilt. Checks read the installed files from the layers."
+    ),
+)
+def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes):
+    config = site.config()
+    registry = registry_for(config)
+    built = build_image(commit=context.partition_key, site=config, git=git, iris=iris_for(config),
+                        registry=registry, log=context.log)
+    findings = verify_image(registry, built=built, tpu=config.tpu, repository=ImageRef.parse(config.tpu.image).repository)
+    yield dg.Output(
+        built,
+        data_version=dg.DataVersion(built.digest),
+        metadata={
+            "image": dg.MetadataValue.text(built.ref),
+            "digest": dg.MetadataValue.text(built.digest),
+            "job_id": dg.MetadataValue.text(built.job_id or "(reused existing pinned tag)"),
+            "job_state": dg.MetadataValue.text(built.job_state),
+            "job_command": dg.MetadataValue.text(built.job_command or "-"),
+            "duration_s": dg.MetadataValue.float(built.duration_s),
+            "layers": dg.MetadataValue.int(built.layers),
+            "largest_layer_bytes": dg.MetadataValue.int(built.largest_layer_bytes),
+            "harbor_commit_locked": dg.MetadataValue.text(built.lock_pin.commit),
+            "harbor_commit_dockerfile": dg.MetadataValue.text(built.dockerfile_commit),
+        },
+    )
+    for name, finding in findings.items():
+        yield _check_result(name, finding)
+
+
+@dg.asset(
+    key=SMOKE,
+    partitions_def=tpu_builds,
+    group_name="tpu",
+    kinds={"iris"},
+    code_version="1",
+    description=(
+        "A live smoke job (site `[tpu].smoke_command`) on the image pinned BY DIGEST, through the same "
+        "iris job interface. Passes only when the job's final state is succeeded."
+    ),
+)
+def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, image: BuiltImage) -> dg.Output[SmokeResult]:
+    config = site.config()
+    iris = iris_for(config)
+    assert config.iris is not None
+    spec = JobSpec(name=f"tpu-smoke-{image.gitsha}", task_image=image.pinned_ref, cpu=4, memory="16GB", disk="50GB",
+                   timeout_s=config.iris.smoke_timeout_s, command=config.tpu.smoke_command)
+    context.log.info("submitting " + " ".join(iris.redacted_argv(spec)))
+    started = time.monotonic()
+    # iris bundles the submit directory as /app: the consumer at the built commit, as a datagen launch would.
+    with git.checkout(url=config.tpu.consumer_repo, sha=image.consumer_commit) as wt:
+        job_id = iris.submit(spec=spec, cwd=wt.path)
+    summary = iris.wait(job_id=job_id, timeout_s=config.iris.smoke_timeout_s)
+    result = SmokeResult(task_image=image.pinned_ref, job_id=job_id, state=summary.state.value,
+                         exit_code=summary.exit_code, duration_s=round(time.monotonic() - started, 1))
+    if summary.state != JobState.SUCCEEDED:
+        raise BuildFailed(f"smoke job {job_id} on {image.pinned_ref} ended {summary.state.value} "
+                          f"(exit {summary.exit_code}): the build is not verified and will not be promoted")
+    return dg.Output(result, metadata={"job_id": dg.MetadataValue.text(job_id), "state": dg.MetadataValue.text(result.state),
+                                       "task_image": dg.MetadataValue.text(image.pinned_ref),
+                                       "duration_s": dg.MetadataValue.float(result.duration_s)})
+
+
+@dg.asset(
+    key=VERIFIED_IMAGE,
+    partitions_def=tpu_builds,
+    group_name="tpu",
+    kinds={"oci"},
+    code_version="1",
+    description=(
+        "The 'last good' record: materializes ONLY when every image check passes (re-verified here from "
+        "the registry) and the smoke succeeded. Shaped like SLSA provenance: subject digest, resolved "
+        "dependencies with git commits, verification results. Promotion and rollback choose from these."
+    ),
+)
+def verified_image(context: dg.AssetExecutionContext, site: SiteResource, image: BuiltImage, smoke: SmokeResult) -> dg.Output[VerifiedImage]:
+    config = site.config()
+    tpu = config.tpu
+    registry = registry_for(config)
+    findings = verify_image(registry, built=image, tpu=tpu, repository=ImageRef.parse(tpu.image).repository)
+    failed = [f"{name}: {f.description}" for name, f in findings.items() if not f.passed]
+    if smoke.state != JobState.SUCCEEDED.value:
+        failed.append(f"smoke job {smoke.job_id} ended {smoke.state}")
+    if failed:
+        raise BuildFailed(f"{image.pinned_ref} is not verified:\n" + "\n".join(failed))
+    verified = VerifiedImage(build=context.partition_key, digest=image.digest, ref=image.ref,
+                             harbor_commit=image.lock_pin.commit, harbor_version=image.lock_pin.version or "",
+                             consumer_commit=image.consumer_commit, findings=findings, smoke_job=smoke.job_id)
+    provenance = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": image.ref.rsplit(":", 1)[0], "digest": {"sha256": image.digest.removeprefix("sha256:")}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "lockstep/kaniko-on-iris@v1",
+                "resolvedDependencies": [
+                    {"uri": f"git+{tpu.consumer_repo}@refs/heads/{tpu.consumer_branch}", "digest": {"gitCommit": image.consumer_commit}},
+                    {"uri": f"git+{tpu.harbor_repo}", "name": tpu.harbor_package, "digest": {"gitCommit": image.lock_pin.commit}},
+                ],
+            },
+            "runDetails": {"builder": {"id": "lockstep/tpu/image"}, "metadata": {"invocationId": image.job_id or "reused"}},
+        },
+        "verification": {name: {"passed": f.passed, "summary": f.description} for name, f in findings.items()}
+        | {"smoke": {"passed": True, "summary": f"job {smoke.job_id} {smoke.state}"}},
+    }
+    return dg.Output(
+        verified,
+        data_version=dg.DataVersion(image.digest),
+        metadata={
+            "digest": dg.MetadataValue.text(image.digest),
+            "image": dg.MetadataValue.text(image.ref),
+            "harbor_commit": dg.MetadataValue.text(image.lock_pin.commit),
+            "harbor_version": dg.MetadataValue.text(image.lock_pin.version or ""),
+            "consumer_commit": dg.MetadataValue.text(image.consumer_commit),
+            "gitsha": dg.MetadataValue.text(gitsha_of(image.consumer_commit)),
+            "provenance": dg.MetadataValue.json(provenance),
+            "verification": dg.MetadataValue.md("\n".join(f"- **{n}**: {f.description}" for n, f in findings.items())
+                                                + f"\n- **smoke**: job {smoke.job_id} {smoke.state}"),
+        },
+    )
