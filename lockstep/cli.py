@@ -29,11 +29,13 @@ _dir = click.option(
 
 @sandbox.command("up")
 @_dir
-def sandbox_up(root: Path) -> None:
+@click.option("--registry", default=None, metavar="HOST:PORT",
+              help="Use this running registry server instead of an image-layout directory (first run only).")
+def sandbox_up(root: Path, registry: str | None) -> None:
     """Create the sandbox (idempotent) and print its site file."""
     from sandbox.world import up
 
-    sb = _guard(lambda: up(root))
+    sb = _guard(lambda: up(root, registry=registry))
     click.echo(f"sandbox ready: {sb.site_file}")
     click.echo(f"  harbor   {sb.url(sb.harbor)}")
     click.echo(f"  consumer {sb.url(sb.consumer)}")
@@ -48,6 +50,114 @@ def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None
     from sandbox.world import advance_harbor
 
     click.echo(_guard(lambda: advance_harbor(root, fix=fix, version_bump=not no_version_bump)))
+
+
+@sandbox.command("iris-fault")
+@_dir
+@click.argument("fault", type=click.Choice(["fail", "hang", "vanish", "unschedulable", "oom"]))
+def sandbox_iris_fault(root: Path, fault: str) -> None:
+    """Make the sandbox's next iris job misbehave (fail, hang, vanish, unschedulable, oom)."""
+    from sandbox.fake_iris import queue_fault
+
+    queue_fault(root.resolve() / "iris", fault)
+    click.echo(f"the next iris job will {fault}")
+
+
+# -- images ---------------------------------------------------------------------------------------
+
+
+@main.group()
+def image() -> None:
+    """Look inside pushed images: REF is host[:port]/name:tag or host[:port]/name@sha256:..."""
+
+
+def _registry_and_ref(ref: str):  # type: ignore[no-untyped-def]
+    """The registry to read REF from: the site's own (token, layout dir) when REF is on the site's
+    registry host; otherwise anonymous HTTP(S) (plain HTTP for 127.0.0.1 and localhost)."""
+    from resources.registry import HttpRegistry, ImageRef, registry_for
+    from resources.site import load_site
+
+    parsed = ImageRef.parse(ref)
+    try:
+        site = load_site()
+    except LockstepError:
+        site = None
+    if site is not None and ImageRef.parse(site.tpu.image).registry == parsed.registry:
+        return registry_for(site), parsed, site
+    return HttpRegistry(host=parsed.registry), parsed, site
+
+
+@image.command("digest")
+@click.argument("ref")
+def image_digest(ref: str) -> None:
+    """Print the digest REF points at (exit 1 when it does not exist)."""
+    registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
+    digest = _guard(lambda: registry.resolve(repository=parsed.repository, reference=parsed.reference))
+    if digest is None:
+        raise click.ClickException(f"{ref}: not in the registry")
+    click.echo(digest)
+
+
+@image.command("cat")
+@click.argument("ref")
+@click.argument("path")
+def image_cat(ref: str, path: str) -> None:
+    """Print PATH as installed in the image (read from the top layer down, never from a build log)."""
+    registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
+    read = _guard(lambda: registry.read_file(repository=parsed.repository, reference=parsed.reference, path=path))
+    if read is None:
+        raise click.ClickException(f"{ref}: no file {path}")
+    click.echo(f"# {read.path} from layer {read.layer_index} {read.layer_digest}; "
+               f"read {read.bytes_read} of {read.image_bytes} image bytes", err=True)
+    sys.stdout.buffer.write(read.data)
+
+
+@image.command("probes")
+@click.argument("ref")
+def image_probes(ref: str) -> None:
+    """Run the site's file probes (default: the harbor config-drift guard) on REF; exit 0 only if all hold."""
+    from resources.site import TpuSection
+    from tpu_assets.inspection import run_probes
+
+    registry, parsed, site = _guard(lambda: _registry_and_ref(ref))
+    tpu = site.tpu if site else TpuSection(harbor_repo="-", harbor_branch="main", consumer_repo="-",
+                                           consumer_branch="main", image=ref)
+    finding = _guard(lambda: run_probes(registry, repository=parsed.repository, reference=parsed.reference, tpu=tpu))
+    for where, lines in finding.facts.items():
+        click.echo(f"--- {where}\n{lines}")
+    click.echo(("HOLDS: " if finding.passed else "FAILS: ") + finding.description)
+    sys.exit(0 if finding.passed else 1)
+
+
+# -- rollback -------------------------------------------------------------------------------------
+
+
+@main.group()
+def rollback() -> None:
+    """Rollback planning from the Dagster instance's history ($DAGSTER_HOME)."""
+
+
+@rollback.command("plan")
+@click.option("--must-contain", default="", metavar="SHA", help="A harbor commit (the fix) the target must contain.")
+@click.option("--build", default="", help="Judge this build (a tpu_builds partition or its prefix) only.")
+def rollback_plan(must_contain: str, build: str) -> None:
+    """Print which build a rollback would move the floating tag to, and why each other one is refused.
+    Changes nothing. Exit 0 when there is a target, 1 when there is none."""
+    import dagster as dg
+
+    from resources.git import GitRemotes
+    from resources.registry import registry_for
+    from resources.site import load_site
+    from tpu_assets.promotion import plan_for
+
+    def plan():  # type: ignore[no-untyped-def]
+        site = load_site()
+        with dg.DagsterInstance.get() as instance:
+            return plan_for(site, instance, GitRemotes(), registry_for(site), must_contain=must_contain, build=build)
+
+    result = _guard(plan)
+    click.echo(result.explain())
+    sys.exit(0 if result.ok else 1)
 
 
 @main.command()

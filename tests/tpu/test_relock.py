@@ -17,36 +17,13 @@ from resources.uv import UvCli, UvLock
 from sandbox.world import Sandbox, advance_harbor
 from sensors.harbor import HARBOR_COMMIT_TAG
 from tests.conftest import commit_count, remote_file, remote_head
+from tests.runs import checks, failure_message, materialize, metadata
 from tpu_assets.definitions import defs
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.lock import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
 
-TPU_ASSETS = [*(defs.assets or []), *(defs.asset_checks or [])]
-
-
 def relock(resources: dict[str, object], instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
-    return dg.materialize(
-        TPU_ASSETS, selection=[HARBOR_LOCK], resources=resources, instance=instance, raise_on_error=False
-    )
-
-
-def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
-    return {e.check_name: e for e in result.get_asset_check_evaluations()}
-
-
-def metadata(result: dg.ExecuteInProcessResult) -> dict[str, object]:
-    (event,) = result.get_asset_materialization_events()
-    return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
-
-
-def failure_message(result: dg.ExecuteInProcessResult) -> str:
-    failures = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    assert failures, "expected the run to fail"
-    error, parts = failures[0].step_failure_data.error, []  # type: ignore[union-attr]
-    while error is not None:  # the user's exception is the cause of Dagster's step error
-        parts.append(error.message)
-        error = error.cause
-    return "\n".join(parts)
+    return materialize(resources, [HARBOR_LOCK], instance)
 
 
 def locked_harbor_commit(sb: Sandbox) -> str:

@@ -1,0 +1,236 @@
+"""The TPU image pipeline on the sandbox, end to end: re-lock -> build -> checks -> smoke -> verified ->
+promote -> rollback. Real git, real uv, real OCI images (layout directory, and a real docker-registry
+server), the fake iris speaking the real CLI contract. Each test reads the runbook's scars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner
+
+from lockstep.cli import main as lockstep_cli
+from resources.registry import HttpRegistry, ImageRef, registry_for
+from resources.site import load_site
+from resources.uv import UvCli
+from sandbox.fake_iris import queue_fault, stop_all
+from sandbox.world import Sandbox, advance_harbor, up
+from tests.conftest import remote_head
+from tests.registry_server import running_registry
+from tests.runs import checks, failure_message, materialize, materialized, metadata
+from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
+from tpu_assets.image import IMAGE, SMOKE
+from tpu_assets.lock import HARBOR_LOCK
+
+BUILD = [IMAGE, SMOKE, VERIFIED_IMAGE]
+
+
+class Pipeline:
+    """The sandbox plus one Dagster instance, driven the way a person would in the UI."""
+
+    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
+        self.sb, self.resources, self.instance = sb, resources, instance
+        self.site = load_site(sb.site_file)
+        self.registry = registry_for(self.site)
+        self.repository = ImageRef.parse(self.site.tpu.image).repository
+
+    def relock(self) -> str:
+        result = materialize(self.resources, [HARBOR_LOCK], self.instance)
+        assert result.success, failure_message(result)
+        return result.asset_value(HARBOR_LOCK).consumer_commit
+
+    def build(self, commit: str) -> dg.ExecuteInProcessResult:
+        if not self.instance.has_dynamic_partition("tpu_builds", commit):
+            self.instance.add_dynamic_partitions("tpu_builds", [commit])
+        return materialize(self.resources, BUILD, self.instance, partition_key=commit)
+
+    def tag(self, action: str, **config: str) -> dg.ExecuteInProcessResult:
+        run_config = {"ops": {"tpu__floating_tag": {"config": {"action": action, **config}}}}
+        return materialize(self.resources, [FLOATING_TAG], self.instance, run_config=run_config)
+
+    def floating(self) -> str | None:
+        return self.registry.resolve(repository=self.repository, reference=self.site.tpu.floating_tag)
+
+    def pinned(self, commit: str) -> str | None:
+        return self.registry.resolve(repository=self.repository, reference=f"tpu-{commit[:8]}")
+
+
+@pytest.fixture
+def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Iterator[Pipeline]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("")
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        yield Pipeline(sb, resources, instance)
+    stop_all(sb.iris_home)
+
+
+def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
+    pipeline: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = pipeline
+    guard_fix = advance_harbor(p.sb.root, fix=True)
+    b1 = p.relock()
+    first = p.build(b1)
+    assert first.success, failure_message(first)
+    assert materialized(first) == {"tpu/image", "tpu/smoke", "tpu/verified_image"}
+    assert all(e.passed for e in checks(first).values()) and len(checks(first)) == 3
+    built = metadata(first, IMAGE)
+    assert built["digest"] == p.pinned(b1) and built["image"].endswith(f":tpu-{b1[:8]}")  # type: ignore[union-attr]
+    assert built["harbor_commit_locked"] == guard_fix and int(built["layers"]) >= 3  # type: ignore[arg-type]
+    assert "DOCKER_TOKEN" not in str(built["job_command"]) or "***" in str(built["job_command"])
+    provenance = metadata(first, VERIFIED_IMAGE)["provenance"]
+    assert provenance["subject"][0]["digest"]["sha256"] == str(built["digest"]).removeprefix("sha256:")  # type: ignore[index]
+    assert p.floating() is None  # a build never touches the floating tag
+
+    assert p.tag("promote").success
+    assert p.floating() == p.pinned(b1)
+
+    export_fix = advance_harbor(p.sb.root)  # the fix a later rollback must keep
+    b2 = p.relock()
+    assert p.build(b2).success
+    promoted = p.tag("promote")
+    assert p.floating() == p.pinned(b2)
+    assert metadata(promoted)["from_digest"] == p.pinned(b1)  # the pre-promote digest is recorded
+
+    advance_harbor(p.sb.root)
+    b3 = p.relock()
+    assert p.build(b3).success and p.tag("promote").success
+    assert p.floating() == p.pinned(b3)
+
+    # The plan, from the instance's history, before anything moves: b2 is the target, b1 predates the fix.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("LOCKSTEP_SITE", str(p.sb.site_file))
+    monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path / "cli-cache"))
+    cli = CliRunner().invoke(lockstep_cli, ["rollback", "plan", "--must-contain", export_fix[:8]])
+    assert cli.exit_code == 0, cli.output
+    lines = {line.split()[1]: line for line in cli.output.splitlines() if line.startswith("  build")}
+    assert "-> TARGET" in lines[b2[:8]]
+    assert "predates" in lines[b1[:8]] and "no-op" in lines[b1[:8]]
+    assert "points at now" in lines[b3[:8]]
+
+    # The tempting rollback to the pre-fix build is refused and moves nothing.
+    tempting = p.tag("rollback", build=b1[:8], must_contain=export_fix[:8])
+    assert not tempting.success and "predates" in failure_message(tempting)
+    assert p.floating() == p.pinned(b3)
+
+    rolled = p.tag("rollback", must_contain=export_fix[:8])
+    assert rolled.success, failure_message(rolled)
+    assert p.floating() == p.pinned(b2)
+    meta = metadata(rolled)
+    assert meta["action"] == "rollback" and meta["hold"] is True and meta["from_digest"] == p.pinned(b3)
+
+    # While the hold is set nothing promotes; releasing it lets promotion resume.
+    held = p.tag("promote", build=b3[:8])
+    assert not held.success and "on hold" in failure_message(held)
+    assert p.floating() == p.pinned(b2)
+    assert p.tag("release_hold").success
+    assert p.tag("promote", build=b3[:8]).success and p.floating() == p.pinned(b3)
+    assert p.tag("rollback", build=b3[:8]).success is False  # the current digest is never a target
+
+
+def test_unfixed_guard_is_built_but_never_verified_or_promoted(pipeline: Pipeline) -> None:
+    """The runbook's bug: a raise after `existing_config != self.config`. The image exists; it is not good."""
+    head = remote_head(pipeline.sb.consumer)
+    result = pipeline.build(head)
+    assert not result.success
+    probe = checks(result)["file_probes"]
+    assert not probe.passed and "harbor/job.py:274" in (probe.description or "")
+    assert checks(result)["installed_harbor_matches_lock"].passed  # the right harbor, just unfixed
+    assert materialized(result) == {"tpu/image"}  # blocking: no smoke, no verified_image
+    refused = pipeline.tag("promote")
+    assert not refused.success and "no tpu/verified_image" in failure_message(refused)
+    assert pipeline.floating() is None
+
+
+def test_image_that_bakes_a_stale_harbor_fails_the_installed_check(pipeline: Pipeline, push_consumer) -> None:
+    """The cached-wheel scar: the lock moved but the Dockerfile pin did not, so the bake lags the lock."""
+    advance_harbor(pipeline.sb.root, fix=True)
+
+    def relock_lock_only(wt: Path) -> None:
+        UvCli(offline=True).lock_upgrade(project_dir=wt, package="harbor")
+
+    stale = push_consumer(pipeline.sb, relock_lock_only, "chore(deps): bump uv.lock only")
+    result = pipeline.build(stale)
+    assert not result.success
+    installed = checks(result)["installed_harbor_matches_lock"]
+    assert not installed.passed and "stale bake" in (installed.description or "")
+    assert "tpu/verified_image" not in materialized(result)
+
+
+@pytest.mark.parametrize(("fault", "says"), [("fail", "ended failed"), ("unschedulable", "ended unschedulable"),
+                                              ("oom", "ended killed"), ("vanish", "vanished")])
+def test_failed_build_job_pushes_nothing_and_leaves_the_floating_tag(pipeline: Pipeline, fault: str, says: str) -> None:
+    head = remote_head(pipeline.sb.consumer)
+    queue_fault(pipeline.sb.iris_home, fault)
+    result = pipeline.build(head)
+    assert not result.success and says in failure_message(result)
+    assert pipeline.pinned(head) is None and pipeline.floating() is None
+    assert materialized(result) == set()
+
+
+def test_hung_build_times_out_on_state_not_on_logs(pipeline: Pipeline) -> None:
+    text = pipeline.sb.site_file.read_text().replace("build_timeout_s = 10800", "build_timeout_s = 3")
+    pipeline.sb.site_file.write_text(text)
+    queue_fault(pipeline.sb.iris_home, "hang")
+    result = pipeline.build(remote_head(pipeline.sb.consumer))
+    message = failure_message(result)
+    assert not result.success and "still running after 3s" in message and "job kill" in message
+
+
+def test_smoke_failure_blocks_verification(pipeline: Pipeline) -> None:
+    advance_harbor(pipeline.sb.root, fix=True)
+    commit = pipeline.relock()
+    queue_fault(pipeline.sb.iris_home, "ok")  # the build
+    queue_fault(pipeline.sb.iris_home, "fail")  # the smoke
+    result = pipeline.build(commit)
+    assert not result.success and "smoke job" in failure_message(result)
+    assert materialized(result) == {"tpu/image"}
+
+
+def test_pinned_tag_is_reused_never_rebuilt(pipeline: Pipeline) -> None:
+    advance_harbor(pipeline.sb.root, fix=True)
+    commit = pipeline.relock()
+    assert pipeline.build(commit).success
+    digest = pipeline.pinned(commit)
+    (kaniko,) = (pipeline.sb.iris_home / "jobs").rglob(f"tpu-kaniko-{commit[:8]}/state.json")
+    first_job = kaniko.read_text()
+    again = pipeline.build(commit)
+    assert again.success and pipeline.pinned(commit) == digest
+    assert metadata(again, IMAGE)["job_state"] == "reused"
+    assert kaniko.read_text() == first_job  # no second kaniko job for an existing :tpu-<gitsha>
+
+
+def test_pipeline_against_a_real_registry_server(tmp_path: Path) -> None:
+    """The same flow against docker-registry over HTTP: digests and the floating tag as the server sees them."""
+    from resources.git import GitRemotes
+    from resources.site import SiteResource
+
+    with running_registry(tmp_path / "registry") as server, dg.instance_for_test() as instance:
+        sb = up(tmp_path / "sandbox", registry=server.host)
+        resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp_path / "cache")),
+                     "uv": UvCli(timeout_s=120)}
+        p = Pipeline(sb, resources, instance)
+        assert isinstance(p.registry, HttpRegistry)
+        advance_harbor(sb.root, fix=True)
+        commit = p.relock()
+        result = p.build(commit)
+        assert result.success, failure_message(result)
+        assert p.tag("promote").success
+        http = HttpRegistry(host=server.host)
+        assert http.resolve(repository=p.repository, reference="tpu") == metadata(result, IMAGE)["digest"]
+
+        # People's CLI against the same server.
+        ref = f"{server.host}/{p.repository}:tpu"
+        runner = CliRunner()
+        digest = runner.invoke(lockstep_cli, ["image", "digest", ref])
+        assert digest.exit_code == 0 and digest.output.strip() == metadata(result, IMAGE)["digest"]
+        probes = runner.invoke(lockstep_cli, ["image", "probes", ref])
+        assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
+        site_packages = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
+        cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
+        assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
+        stop_all(sb.iris_home)
