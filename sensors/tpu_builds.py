@@ -62,27 +62,34 @@ def build_consumer_rebuild_sensor(*, job_name: str, partitions_def: dg.DynamicPa
 
 
 def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
-    @dg.asset_sensor(
-        asset_key=VERIFIED_IMAGE,
+    @dg.sensor(
         name="auto_promote_sensor",
         job_name=job_name,
+        minimum_interval_seconds=30,
         default_status=default_sensor_status(),
         description=(
             "Promotes each newly verified build when the site sets auto_promote = true — never while a "
-            "rollback hold is set (release it with release_tpu_hold)."
+            "rollback hold is set (release it with release_tpu_hold). Cursor: the last verified_image event seen."
         ),
     )
-    def auto_promote_sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry, site: SiteResource):
+    def auto_promote_sensor(context: dg.SensorEvaluationContext, site: SiteResource) -> dg.SensorResult:
+        after = int(context.cursor) if context.cursor else None
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, after_storage_id=after), limit=100, ascending=True
+        ).records
+        if not records:
+            return dg.SensorResult(skip_reason="no new verified build")
+        cursor = str(records[-1].storage_id)
+        newest = records[-1].partition_key
         if not site.config().tpu.auto_promote:
-            return dg.SkipReason("auto_promote is off in the site file: promote with promote_tpu")
+            return dg.SensorResult(cursor=cursor, skip_reason="auto_promote is off in the site file: promote with promote_tpu")
         if current_state(tag_history(context.instance))[1]:
-            return dg.SkipReason("the floating tag is on hold after a rollback: nothing promotes until release_tpu_hold")
-        build = asset_event.dagster_event.partition if asset_event.dagster_event else None
-        if not build:
-            return dg.SkipReason("verified_image event without a partition")
-        return dg.RunRequest(
-            run_key=f"promote:{build}",
-            run_config={"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": build, "note": "auto_promote"}}}},
-        )
+            return dg.SensorResult(cursor=cursor, skip_reason=(
+                f"build {(newest or '?')[:8]} is verified, but the floating tag is on hold after a rollback: "
+                "nothing promotes until release_tpu_hold"))
+        return dg.SensorResult(cursor=cursor, run_requests=[dg.RunRequest(
+            run_key=f"promote:{newest}",
+            run_config={"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": newest, "note": "auto_promote"}}}},
+        )])
 
     return auto_promote_sensor
