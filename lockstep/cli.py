@@ -152,7 +152,7 @@ def rollback_plan(must_contain: str, build: str) -> None:
 
     def plan():  # type: ignore[no-untyped-def]
         site = load_site()
-        with dg.DagsterInstance.get() as instance:
+        with _instance() as instance:
             return plan_for(site, instance, GitRemotes(), registry_for(site), must_contain=must_contain, build=build)
 
     result = _guard(plan)
@@ -170,6 +170,8 @@ def demo(root: Path, port: int) -> None:
     sb = _guard(lambda: up(root))
     home = sb.root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():  # SQLite under DAGSTER_HOME: the embedded default
+        (home / "dagster.yaml").write_text("# lockstep demo instance: SQLite storage in this directory.\n")
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -182,6 +184,17 @@ def demo(root: Path, port: int) -> None:
     click.echo("  push upstream from another terminal: lockstep sandbox advance-harbor")
     argv = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)]
     os.execvpe(argv[0], argv, env)
+
+
+def _instance():  # type: ignore[no-untyped-def]
+    """The Dagster instance at $DAGSTER_HOME (made absolute); unset, the sandbox's, as `lockstep demo` uses."""
+    import dagster as dg
+
+    home = os.environ.get("DAGSTER_HOME") or (".sandbox/dagster_home" if not os.environ.get("LOCKSTEP_SITE") else "")
+    if not home or not (Path(home) / "").is_dir():
+        raise LockstepError(f"DAGSTER_HOME {home or '(unset)'} is not a directory: point it at the instance that ran lockstep")
+    os.environ["DAGSTER_HOME"] = str(Path(home).resolve())
+    return dg.DagsterInstance.get()
 
 
 def _guard(fn):  # type: ignore[no-untyped-def]
