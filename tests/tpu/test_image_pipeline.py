@@ -13,13 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
+from resources.git import GitRemotes
 from resources.registry import HttpRegistry, ImageRef, registry_for
-from resources.site import load_site
+from resources.site import SiteResource, load_site
 from resources.uv import UvCli
 from sandbox.fake_iris import queue_fault, stop_all
 from sandbox.world import Sandbox, advance_harbor, up
 from tests.conftest import remote_head
-from tests.registry_server import running_registry
+from tests.registry_server import RegistryServer, running_registry
 from tests.runs import checks, failure_message, materialize, materialized, metadata
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.image import IMAGE, SMOKE
@@ -64,6 +65,24 @@ def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Itera
     home.mkdir()
     (home / "dagster.yaml").write_text("")
     with dg.instance_for_test(temp_dir=str(home)) as instance:
+        yield Pipeline(sb, resources, instance)
+    stop_all(sb.iris_home)
+
+
+@pytest.fixture(scope="module")
+def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    with running_registry(tmp_path_factory.mktemp("docker-registry")) as server:
+        yield server
+
+
+@pytest.fixture(params=["layout", "docker-registry"])
+def any_registry_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pipeline]:
+    """The sandbox with its images in an image layout, or on a real docker-registry server over HTTP."""
+    host = request.getfixturevalue("registry_server").host if request.param == "docker-registry" else None
+    sb = up(tmp_path / "sandbox", registry=host)
+    resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=60),
+                 "uv": UvCli(timeout_s=120)}
+    with dg.instance_for_test() as instance:
         yield Pipeline(sb, resources, instance)
     stop_all(sb.iris_home)
 
@@ -132,8 +151,9 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert p.tag("rollback", build=b3[:8]).success is False  # the current digest is never a target
 
 
-def test_unfixed_guard_is_built_but_never_verified_or_promoted(pipeline: Pipeline) -> None:
+def test_unfixed_guard_is_built_but_never_verified_or_promoted(any_registry_pipeline: Pipeline) -> None:
     """The runbook's bug: a raise after `existing_config != self.config`. The image exists; it is not good."""
+    pipeline = any_registry_pipeline
     head = remote_head(pipeline.sb.consumer)
     result = pipeline.build(head)
     assert not result.success
@@ -146,8 +166,9 @@ def test_unfixed_guard_is_built_but_never_verified_or_promoted(pipeline: Pipelin
     assert pipeline.floating() is None
 
 
-def test_image_that_bakes_a_stale_harbor_fails_the_installed_check(pipeline: Pipeline, push_consumer) -> None:
+def test_image_that_bakes_a_stale_harbor_fails_the_installed_check(any_registry_pipeline: Pipeline, push_consumer) -> None:
     """The cached-wheel scar: the lock moved but the Dockerfile pin did not, so the bake lags the lock."""
+    pipeline = any_registry_pipeline
     advance_harbor(pipeline.sb.root, fix=True)
 
     def relock_lock_only(wt: Path) -> None:
@@ -204,12 +225,10 @@ def test_pinned_tag_is_reused_never_rebuilt(pipeline: Pipeline) -> None:
     assert kaniko.read_text() == first_job  # no second kaniko job for an existing :tpu-<gitsha>
 
 
-def test_pipeline_against_a_real_registry_server(tmp_path: Path) -> None:
+def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server: RegistryServer) -> None:
     """The same flow against docker-registry over HTTP: digests and the floating tag as the server sees them."""
-    from resources.git import GitRemotes
-    from resources.site import SiteResource
-
-    with running_registry(tmp_path / "registry") as server, dg.instance_for_test() as instance:
+    server = registry_server
+    with dg.instance_for_test() as instance:
         sb = up(tmp_path / "sandbox", registry=server.host)
         resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp_path / "cache")),
                      "uv": UvCli(timeout_s=120)}
