@@ -153,6 +153,40 @@ class TpuSection(_Table):
         return value
 
 
+DEFAULT_VERSIONS_KEYS = {
+    "vllm.commit": "VLLM_COMMIT", "vllm.tree": "VLLM_TREE", "vllm.version": "VLLM_PRETEND_VERSION",
+    "b12x.commit": "B12X_COMMIT", "b12x.tree": "B12X_TREE",
+    "lmcache.commit": "LMCACHE_COMMIT", "lmcache.tree": "LMCACHE_TREE", "lmcache.version": "LMCACHE_PRETEND_VERSION",
+}
+
+
+class JovianSection(_Table):
+    """``[jovian]``: the lab's source locks, the engine forks they pin, and the build repo that adopts them."""
+
+    lab_repo: str
+    lab_branch: str = "master"
+    lock_glob: str = Field(default="models/glm-5.3-flash/**/*.source.lock", description="Source locks in the lab repo.")
+    build_repo: str = Field(description="The docker-images repo.")
+    build_branch: str = "main"
+    build_dir: str = Field(default="jovian-judgement", description="In the build repo: versions.env, fetch-deps.sh, profiles/.")
+    recipes_glob: str = Field(default="recipes/*/recipe.toml", description="Recipe TOML files in the build repo.")
+    packages: list[str] = Field(default_factory=lambda: ["vllm", "b12x", "lmcache"], description="Engine forks audited as one cut.")
+    integration_branches: dict[str, str] = Field(
+        default_factory=lambda: {"vllm": "integration/*", "b12x": "integration/*", "lmcache": "*"},
+        description="Per package, a glob of the fork's integration branch names (ls-remote pattern).",
+    )
+    cut_window_minutes: float = Field(default=30.0, gt=0, description="All pins of one rev are cut within this window.")
+    versions_keys: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_VERSIONS_KEYS), description="Source-lock key -> versions.env key."
+    )
+    cmake_package: str = Field(default="vllm", description="The package whose tree declares the cmake deps.")
+
+    @field_validator("lab_branch", "build_branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        return TpuSection._branch_name(value)
+
+
 class SiteConfig(_Table):
     """The whole site file. Unknown keys are errors: a key in the wrong table must not be ignored."""
 
@@ -160,6 +194,7 @@ class SiteConfig(_Table):
     tpu: TpuSection
     registry: RegistrySection = Field(default_factory=RegistrySection)
     iris: IrisSection | None = None
+    jovian: JovianSection | None = None
     _path: Path = PrivateAttr(default=Path("site.toml"))
 
     @property
@@ -175,7 +210,7 @@ class SiteConfig(_Table):
     def secret_env_names(self) -> list[str]:
         """Every environment variable the site names as holding a secret."""
         names: list[str] = []
-        for section in (self.site, self.tpu, self.registry, *([self.iris] if self.iris else [])):
+        for section in (self.site, self.tpu, self.registry, *(s for s in (self.iris, self.jovian) if s)):
             for field, value in section:
                 if field.endswith("_env") and value:
                     names.append(value)
