@@ -1,10 +1,16 @@
-"""The `jovian` code location: GPU serving images from the lab's source locks (runbook 004_43dc16d711c37290).
-
-Empty until the rev-adoption graph lands (issue 4); it loads so the workspace has both locations.
-"""
+"""The `jovian` code location: GPU serving images from the lab's source locks (runbook 004_43dc16d711c37290)."""
 
 import dagster as dg
 
+from jovian_assets.assets import adopt_lab_rev, build_profile, dep_table, dep_trees, fork_cut, source_lock
+from jovian_assets.partitions import lab_revs
+from resources.git import GitRemotes
 from resources.site import SiteResource
+from sensors.lab_revs import build_lab_rev_sensor
 
-defs = dg.Definitions(resources={"site": SiteResource()})
+defs = dg.Definitions(
+    assets=[source_lock, fork_cut, build_profile, dep_table, dep_trees],
+    jobs=[adopt_lab_rev],
+    sensors=[build_lab_rev_sensor(job_name=adopt_lab_rev.name, partitions_def=lab_revs)],
+    resources={"site": SiteResource(), "git": GitRemotes()},
+)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
@@ -87,6 +89,10 @@ class GitRemotes(dg.ConfigurableResource):
     def _cache(self) -> Path:
         return Path(self.cache_dir).expanduser() if self.cache_dir else _default_cache_dir()
 
+    def trees_dir(self) -> Path:
+        """Where persistent checkouts (e.g. a rev's dependency trees) live: beside the mirror cache."""
+        return self._cache().parent / "trees"
+
     def _git(self, args: Sequence[str], cwd: Path | None = None, *, url: str | None = None) -> str:
         cmd = git.cmd.Git(str(cwd) if cwd else None)
         try:
@@ -126,6 +132,26 @@ class GitRemotes(dg.ConfigurableResource):
                 return sha
         return None
 
+    def ls_remote_heads(self, *, url: str, pattern: str = "*") -> dict[str, str]:
+        """Branch name -> tip sha for every branch of `url` whose name matches the glob `pattern`."""
+        out = self._git(["ls-remote", "--heads", url], url=url)
+        heads = {}
+        for line in out.splitlines():
+            sha, _, ref = line.partition("\t")
+            name = ref.removeprefix("refs/heads/")
+            if fnmatch.fnmatchcase(name, pattern):
+                heads[name] = sha
+        return heads
+
+    def ls_remote_tag(self, *, url: str, tag: str) -> str | None:
+        """The commit a tag names on `url` (annotated tags peeled), or None."""
+        out = self._git(["ls-remote", "--tags", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url=url)
+        found: dict[str, str] = {}
+        for line in out.splitlines():
+            sha, _, ref = line.partition("\t")
+            found[ref] = sha
+        return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")
+
     def fetch(
         self, *, url: str, shas: Sequence[str] = (), branches: Sequence[str] = (), depth: int | None = None
     ) -> Path:
@@ -163,6 +189,57 @@ class GitRemotes(dg.ConfigurableResource):
                 return False
             raise
         return True
+
+    def tree_of(self, *, url: str, sha: str) -> str:
+        """``git rev-parse <sha>^{tree}``: the tree a commit records (what a source lock pins)."""
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        return self._git(["rev-parse", f"{sha}^{{tree}}"], mirror)
+
+    def ahead_behind(self, *, url: str, base: str, tip: str) -> tuple[int, int]:
+        """(commits on `tip` not on `base`, commits on `base` not on `tip`), full history fetched as needed."""
+        mirror = self.fetch(url=url, shas=[base, tip])
+        left, right = self._git(["rev-list", "--left-right", "--count", f"{base}...{tip}"], mirror).split()
+        return int(right), int(left)
+
+    def list_files(self, *, url: str, sha: str, pattern: str) -> dict[str, str]:
+        """Path -> blob sha for every file at `sha` matching the glob (``**`` crosses directories)."""
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        out = self._git(["ls-tree", "-r", "--full-tree", sha], mirror)
+        files = {}
+        for line in out.splitlines():
+            meta, _, path = line.partition("\t")
+            mode, kind, blob = meta.split()
+            if kind == "blob" and glob_match(pattern, path):
+                files[path] = blob
+        return files
+
+    def gitlinks(self, *, url: str, sha: str) -> dict[str, str]:
+        """Path -> commit of every gitlink (submodule entry, mode 160000) in the tree of `sha`."""
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        out = self._git(["ls-tree", "-r", "--full-tree", sha], mirror)
+        links = {}
+        for line in out.splitlines():
+            meta, _, path = line.partition("\t")
+            mode, kind, target = meta.split()
+            if kind == "commit":
+                links[path] = target
+        return links
+
+    def mirror_bytes(self, *, url: str) -> int:
+        """Bytes the mirror of `url` holds on disk (objects and packs): to tell fetched from re-used."""
+        path = self._cache() / mirror_name(url) / "objects"
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+    def materialize(self, *, url: str, sha: str, dest: Path) -> Path:
+        """A persistent detached checkout of `sha` at `dest` (replacing what was there), sharing the
+        mirror's objects. Its `.git` is a file pointing into the mirror, as for any worktree."""
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        if dest.exists():
+            shutil.rmtree(dest)
+        self._git(["worktree", "prune"], mirror)  # forget a checkout that was there before
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self._git(["worktree", "add", "--quiet", "--detach", "--force", str(dest), sha], mirror)
+        return dest
 
     def resolve_commit(self, *, url: str, rev: str, branch: str) -> str:
         """The full sha of `rev` (a short sha, say) among the commits of `branch` on `url`."""
@@ -265,6 +342,12 @@ class GitRemotes(dg.ConfigurableResource):
                 f"pushed {head[:8]} to {worktree.branch} but the remote now says {(after or 'nothing')[:8]}"
             )
         return head
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    """fnmatch where ``*`` stays within one directory and ``**/`` spans any number of them."""
+    regex = re.escape(pattern).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+    return re.fullmatch(regex, path) is not None
 
 
 def _has_commit(repo: git.Repo, sha: str) -> bool:

@@ -22,6 +22,7 @@ from resources.site import IrisSection, RegistrySection, SiteConfig, SiteSection
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
 from sandbox.fake_iris import install_fake_iris
+from sandbox.jovian_world import jovian_section, jovian_up
 
 HARBOR_BRANCH = "penfever/working"
 CONSUMER_BRANCH = "penfever/working"
@@ -148,6 +149,7 @@ def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
         registry=RegistrySection(kind="http") if registry else RegistrySection(kind="layout", layout_dir="registry"),
         iris=IrisSection(binary="bin/iris", cluster="sandbox", docker_user="sandbox", poll_min_s=0.2, poll_max_s=2.0,
                          cpu=16, memory="64GB", disk="120GB"),
+        jovian=jovian_section(sb.repos),
     )
 
 
@@ -174,6 +176,7 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
         harbor_sha = git.Repo(sb.harbor).commit(HARBOR_BRANCH).hexsha
     if not (sb.consumer / "HEAD").exists():
         _create_consumer(sb, harbor_sha)
+    jovian_up(sb)
     if not sb.site_file.exists():
         data = site_config(sb, registry).model_dump(mode="json", exclude_none=True)
         sb.site_file.write_text(
@@ -182,7 +185,12 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
             encoding="utf-8",
         )
     _install_iris(sb)
-    load_site(sb.site_file)  # what we wrote (or found) must be a valid site
+    if load_site(sb.site_file).jovian is None:  # what we wrote (or found) must be a valid site
+        # A sandbox made before the Jovian half existed: add its [jovian] table, keep the rest as it is.
+        table = tomli_w.dumps({"jovian": jovian_section(sb.repos).model_dump(mode="json", exclude_none=True)})
+        with sb.site_file.open("a", encoding="utf-8") as fh:
+            fh.write("\n" + table)
+        load_site(sb.site_file)
     return sb
 
 

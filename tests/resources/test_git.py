@@ -142,3 +142,37 @@ def test_checkout_of_an_exact_sha_and_cleanup(up: Upstream, remotes: GitRemotes)
         assert (wt.path / "a").read_text() == "1"
         path = wt.path
     assert not path.exists()
+
+
+def test_heads_by_pattern_tags_trees_and_ahead_behind(up: Upstream, remotes: GitRemotes) -> None:
+    pin = up.commit("a", "1")
+    up.work.git.push(up.url, f"HEAD:refs/heads/integration/glm53-r27")
+    up.work.create_tag("v1.0", message="annotated")
+    up.work.git.push(up.url, "v1.0")
+    ahead = up.commit("a", "2")
+    up.work.git.push(up.url, "HEAD:refs/heads/integration/glm53-r28")
+    heads = remotes.ls_remote_heads(url=up.url, pattern="integration/*")
+    assert heads == {"integration/glm53-r27": pin, "integration/glm53-r28": ahead}
+    assert remotes.ls_remote_tag(url=up.url, tag="v1.0") == pin  # peeled to the commit
+    assert remotes.ls_remote_tag(url=up.url, tag="nope") is None
+    assert remotes.tree_of(url=up.url, sha=pin) == git.Repo(up.bare).commit(pin).tree.hexsha
+    assert remotes.ahead_behind(url=up.url, base=pin, tip=ahead) == (1, 0)
+    assert remotes.ahead_behind(url=up.url, base=ahead, tip=pin) == (0, 1)
+
+
+def test_list_files_gitlinks_and_materialize(up: Upstream, remotes: GitRemotes, tmp_path: Path) -> None:
+    dep = Upstream(tmp_path / "dep")
+    dep_sha = dep.commit("lib.h", "x")
+    up.work.git.execute(["git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", dep.url, "csrc/cutlass"])
+    (Path(up.work.working_dir) / "models").mkdir()
+    (Path(up.work.working_dir) / "models/r1.source.lock").write_text("format=x\n")
+    up.work.git.add("-A")
+    sha = up.commit("README", "r")
+    files = remotes.list_files(url=up.url, sha=sha, pattern="**/*.source.lock")
+    assert list(files) == ["models/r1.source.lock"]
+    assert remotes.gitlinks(url=up.url, sha=sha) == {"csrc/cutlass": dep_sha}
+    dest = remotes.materialize(url=up.url, sha=sha, dest=tmp_path / "trees" / "up")
+    assert (dest / "README").read_text() == "r" and (dest / "csrc/cutlass").is_dir()
+    assert not any((dest / "csrc/cutlass").iterdir())  # a gitlink checks out as an EMPTY dir: the trap
+    again = remotes.materialize(url=up.url, sha=sha, dest=dest)  # replacing an existing checkout works
+    assert (again / ".git").is_file() and remotes.mirror_bytes(url=up.url) > 0

@@ -1,0 +1,290 @@
+"""The rev-adoption assets, all partitioned by `lab_revs`: lock -> fork cut -> profile -> dep table -> dep trees."""
+
+import dagster as dg
+
+from jovian_assets import dep_table as dt
+from jovian_assets.dep_trees import GITLINKS_POPULATED, fetch_dep, gitlinks_populated
+from jovian_assets.fork_cut import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH, audit_package, findings, spread_minutes
+from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, ForkCut
+from jovian_assets.partitions import lab_revs
+from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement, render_profile
+from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
+from resources.errors import LockstepError
+from resources.git import GitRemotes, glob_match
+from resources.secrets import redact
+from resources.site import JovianSection, SiteResource
+
+SOURCE_LOCK = dg.AssetKey(["jovian", "source_lock"])
+FORK_CUT = dg.AssetKey(["jovian", "fork_cut"])
+BUILD_PROFILE = dg.AssetKey(["jovian", "build_profile"])
+DEP_TABLE = dg.AssetKey(["jovian", "dep_table"])
+DEP_TREES = dg.AssetKey(["jovian", "dep_trees"])
+
+PROFILE_KEYS_KNOWN = "profile_keys_known"
+RECIPES_TOP_LEVEL = "recipes_build_profile_top_level"
+CUDA_PINS_GATED = "cuda_pins_gated"
+
+
+class AdoptionRefused(LockstepError):
+    """A rev cannot be adopted as it stands; nothing was written."""
+
+
+def _jovian(site: SiteResource) -> JovianSection:
+    config = site.config()
+    if config.jovian is None:
+        raise LockstepError(f"{config.path}: no [jovian] table: the Jovian graph needs the lab and build repos")
+    return config.jovian
+
+
+def _check(key: dg.AssetKey, name: str, finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(asset_key=key, check_name=name, passed=finding.passed, severity=severity,
+                               description=finding.description[:3000])
+
+
+def _table(rows: list[dict[str, object]], columns: list[str]) -> dg.MetadataValue:
+    schema = dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns])
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({c: "" if r.get(c) is None else str(r.get(c)) for c in columns}) for r in rows],
+        schema=schema,
+    )
+
+
+@dg.asset(
+    key=SOURCE_LOCK,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"git"},
+    code_version="1",
+    description=(
+        "The rev's `<rev>.source.lock` as the lab published it (format local-inference-source-lock/v1), "
+        "parsed at the lab commit the sensor saw: packages with repository, commit, tree, package tree, "
+        "bundle sha256 and version; every other key kept verbatim. Abbreviated shas and branch names are errors."
+    ),
+)
+def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes) -> dg.Output[AdoptedLock]:
+    jovian = _jovian(site)
+    lab_commit = context.run.tags.get(LAB_COMMIT_TAG) or git.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
+    if lab_commit is None:
+        raise AdoptionRefused(f"branch {jovian.lab_branch} does not exist on {redact(jovian.lab_repo)}")
+    adopted = find_rev_lock(git, jovian, lab_commit=lab_commit, rev=context.partition_key)
+    lock = adopted.lock
+    return dg.Output(adopted, metadata={
+        "rev": dg.MetadataValue.text(adopted.rev),
+        "lab_commit": dg.MetadataValue.text(lab_commit),
+        "lock": dg.MetadataValue.text(f"{adopted.path} (blob {adopted.blob[:12]})"),
+        "release": dg.MetadataValue.text(lock.release_name or ""),
+        "packages": _table([{"package": p.name, "repository": p.repository, "commit": p.commit, "tree": p.tree,
+                             "version": p.version} for p in lock.packages.values()],
+                           ["package", "repository", "commit", "tree", "version"]),
+        "keys": dg.MetadataValue.int(len(lock.keys)),
+    })
+
+
+@dg.asset(
+    key=FORK_CUT,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"git"},
+    code_version="1",
+    check_specs=[
+        dg.AssetCheckSpec(PINS_REACHABLE, asset=FORK_CUT, blocking=True, description="Every pinned commit fetches by exact sha."),
+        dg.AssetCheckSpec(TREES_MATCH, asset=FORK_CUT, blocking=True,
+                          description="`git rev-parse <commit>^{tree}` equals the lock's tree for every package."),
+        dg.AssetCheckSpec(ONE_CUT, asset=FORK_CUT, blocking=True,
+                          description="All pinned commits lie within the cut window of each other: a half-cut set fails with the spread."),
+        dg.AssetCheckSpec(NEWER_CUT, asset=FORK_CUT, description="WARN when an integration branch has commits after its pin."),
+    ],
+    description=(
+        "The fork set audited as ONE cut: for each engine package the pin is fetched through the shared "
+        "object cache, its tree compared with the lock's, its commit time read, and each integration "
+        "branch's tip compared (ahead/behind). A half-cut rev (vLLM advanced, b12x/LMCache left behind) "
+        "fails `one_cut` and nothing downstream runs."
+    ),
+)
+def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
+    jovian = _jovian(site)
+    lock = source_lock.lock
+    missing = [p for p in jovian.packages if p not in lock.packages]
+    if missing:
+        raise AdoptionRefused(f"{source_lock.path}: no {', '.join(missing)} package (site [jovian].packages); nothing was adopted")
+    cut = ForkCut(rev=source_lock.rev, window_minutes=jovian.cut_window_minutes, packages=[
+        audit_package(git, lock.packages[name], jovian.integration_branches.get(name, "*")) for name in jovian.packages
+    ])
+    results = findings(cut)
+    spread = spread_minutes(cut)
+    yield dg.Output(cut, metadata={
+        "spread_minutes": dg.MetadataValue.float(round(spread, 1) if spread is not None else -1.0),
+        "window_minutes": dg.MetadataValue.float(cut.window_minutes),
+        "pins": _table([{"package": p.name, "commit": p.commit, "committed_at": p.committed_at.isoformat() if p.committed_at else "",
+                         "tree ok": str(p.tree == p.lock_tree), "error": p.error or ""} for p in cut.packages],
+                       ["package", "commit", "committed_at", "tree ok", "error"]),
+        "branches": _table([{"package": p.name, "branch": b.name, "tip": b.tip[:12], "ahead": b.ahead, "behind": b.behind}
+                            for p in cut.packages for b in p.branches], ["package", "branch", "tip", "ahead", "behind"]),
+    })
+    for name, finding in results.items():
+        severity = dg.AssetCheckSeverity.WARN if name == NEWER_CUT else dg.AssetCheckSeverity.ERROR
+        yield _check(FORK_CUT, name, finding, severity)
+
+
+@dg.asset(
+    key=BUILD_PROFILE,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"git"},
+    code_version="1",
+    deps=[FORK_CUT],
+    check_specs=[
+        dg.AssetCheckSpec(PROFILE_KEYS_KNOWN, asset=BUILD_PROFILE, blocking=True,
+                          description="Every profile key exists in versions.env (a typo is an error, not a silent extra key)."),
+        dg.AssetCheckSpec(RECIPES_TOP_LEVEL, asset=BUILD_PROFILE, blocking=True,
+                          description="Every recipe that names build_profile has it as a TOP-LEVEL key, as tomllib reads it."),
+    ],
+    description=(
+        "`profiles/<rev>.env` in the build repo: KEY=VAL for every pin that differs from versions.env "
+        "(source shas, trees, pretend versions), the whole set at once, committed and pushed fast-forward "
+        "only. Nothing is written when a key is unknown."
+    ),
+)
+def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
+    jovian = _jovian(site)
+    author = site.config().site.commit_author
+    rel = f"{jovian.build_dir}/profiles/{source_lock.rev}.env"
+    with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
+        versions_path = f"{jovian.build_dir}/versions.env"
+        versions = parse_env((wt.path / versions_path).read_text(encoding="utf-8"), versions_path)
+        diff, unknown = plan_profile(source_lock.lock, versions, jovian.versions_keys)
+        text = render_profile(rev=source_lock.rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff)
+        recipes = {p: recipe_profile_placement((wt.path / p).read_text(encoding="utf-8"), p)
+                   for p in sorted(str(f.relative_to(wt.path)) for f in wt.path.rglob("*.toml") if glob_match(jovian.recipes_glob, str(f.relative_to(wt.path))))}
+        target = wt.path / rel
+        pushed, commit = False, wt.base_sha
+        if not unknown and (not target.exists() or target.read_text(encoding="utf-8") != text):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            git.commit_all(worktree=wt, message=f"jovian: adopt {source_lock.rev} as one profile ({source_lock.path} @ {source_lock.lab_commit[:8]})",
+                           author=author, paths=[rel])
+            commit, pushed = git.push_fast_forward(worktree=wt), True
+    profile = BuildProfile(rev=source_lock.rev, path=rel, text=text, diff=diff, unknown_keys=unknown, build_commit=commit, pushed=pushed)
+    outcome = ("NOT written: " + "; ".join(unknown)) if unknown else (f"pushed {commit[:8]}" if pushed else f"unchanged at {commit[:8]}")
+    yield dg.Output(profile, metadata={
+        "outcome": dg.MetadataValue.text(outcome),
+        "profile": dg.MetadataValue.md(f"`{rel}`\n\n```\n{text}```"),
+        "diff_vs_versions_env": _table([d.model_dump() for d in diff], ["key", "base", "profile"]),
+        "build_commit": dg.MetadataValue.text(commit),
+    })
+    yield _check(BUILD_PROFILE, PROFILE_KEYS_KNOWN, Finding(
+        passed=not unknown, description="; ".join(f"{jovian.build_dir}/versions.env: {u}" for u in unknown)
+        or f"all {len(diff)} profile keys are versions.env keys"))
+    placed = [f for f in recipes.values() if f is not None]
+    yield _check(BUILD_PROFILE, RECIPES_TOP_LEVEL, Finding(
+        passed=all(f.passed for f in placed),
+        description="; ".join(f.description for f in placed if not f.passed) or f"{len(placed)} recipe(s) name build_profile at the top level"))
+
+
+@dg.asset(
+    key=DEP_TABLE,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"git", "cmake"},
+    code_version="1",
+    deps=[FORK_CUT],
+    check_specs=[dg.AssetCheckSpec(CUDA_PINS_GATED, asset=DEP_TABLE, blocking=True,
+                                   description="Every CUDA-path GIT_REPOSITORY/GIT_TAG pin in the vLLM tree's cmake has a gate in fetch-deps.sh.")],
+    description=(
+        "The dependency table of the pinned vLLM tree, parsed from `cmake/external_projects/*.cmake` and the "
+        "top-level CMakeLists.txt (literal pairs, set() indirection, platform branches as separate rows, "
+        "GIT_SUBMODULES, FetchContent_Populate); unresolved variables are reported, never dropped. Diffed "
+        "against fetch-deps.sh's gate list and against the previous rev."
+    ),
+)
+def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
+    jovian = _jovian(site)
+    pkg = source_lock.lock.packages[jovian.cmake_package]
+    with git.checkout(url=pkg.repository, sha=pkg.commit) as tree:
+        rows = dt.parse_tree(tree.path)
+    gates_path = f"{jovian.build_dir}/fetch-deps.sh"
+    build_head = git.ls_remote(url=jovian.build_repo, branch=jovian.build_branch)
+    gates_text = git.show_file(url=jovian.build_repo, sha=build_head, path=gates_path) if build_head else None
+    if gates_text is None:
+        raise AdoptionRefused(f"{gates_path} is not in {redact(jovian.build_repo)} ({jovian.build_branch})")
+    gates = dt.parse_gates(gates_text, gates_path)
+    vs_gates = dt.diff_gates(rows, gates)
+    previous = _previous_rows(context, exclude=context.partition_key)
+    vs_prev = dt.diff_tables(previous, rows) if previous is not None else None
+    rows_json = dt.to_rows_json(rows)
+    yield dg.Output(rows, metadata={
+        "deps": _table([{**r, "submodules": " ".join(r["submodules"]), "unresolved": " ".join(row.unresolved)}  # type: ignore[arg-type]
+                        for r, row in zip(rows_json, rows)], ["name", "repository", "tag", "submodules", "condition", "unresolved"]),
+        "rows_json": dg.MetadataValue.json(rows_json),
+        "vs_fetch_deps": dg.MetadataValue.md(_diff_md(vs_gates)),
+        "vs_previous_rev": dg.MetadataValue.md(_diff_md(vs_prev) if vs_prev is not None else "no earlier rev recorded"),
+    })
+    ungated = vs_gates.ungated_cuda_pins
+    yield _check(DEP_TABLE, CUDA_PINS_GATED, Finding(
+        passed=not ungated,
+        description=("CUDA-path pins with no fetch-deps.sh gate: " + "; ".join(f"{r.name} {r.repository} {r.tag} ({r.file}:{r.line})" for r in ungated)
+                     + ". Re-sync the gate list from this tree's cmake.") if ungated else f"all {len(vs_gates.matched)} CUDA-path pins are gated"))
+
+
+def _previous_rows(context: dg.AssetExecutionContext, exclude: str) -> list[dt.DepRow] | None:
+    """The dep table of the most recent other rev, from this asset's own history."""
+    for record in context.instance.fetch_materializations(DEP_TABLE, limit=50).records:
+        if record.partition_key != exclude and record.asset_materialization is not None:
+            rows = record.asset_materialization.metadata.get("rows_json")
+            if rows is not None:
+                return [dt.DepRow(name=r["name"], repository=r["repository"], tag=r["tag"], submodules=r["submodules"],
+                                  condition=r["condition"], file="", line=0) for r in rows.value]  # type: ignore[union-attr]
+    return None
+
+
+def _diff_md(diff: object) -> str:
+    lines = []
+    for field in ("added", "moved", "removed", "ungated_cuda_pins"):
+        items = getattr(diff, field, None)
+        if items:
+            lines.append(f"**{field}**: " + ", ".join(
+                f"{getattr(i, 'name', i)} ({i.change})" if getattr(i, "change", None) else str(getattr(i, "name", i)) for i in items))
+    return "\n\n".join(lines) or "no differences"
+
+
+@dg.asset(
+    key=DEP_TREES,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"git"},
+    code_version="1",
+    check_specs=[dg.AssetCheckSpec(GITLINKS_POPULATED, asset=DEP_TREES, blocking=True,
+                                   description="Every gitlink path holds a .git or a checked-out tree; an EMPTY dir fails, naming the path.")],
+    description=(
+        "Every CUDA-path dependency of the dep table fetched at its pin through the shared object cache "
+        "(exact sha, so a second rev re-uses what the first fetched) and checked out, with gitlinks "
+        "(submodules and vendored trees) populated recursively at the commits the parent tree records."
+    ),
+)
+def dep_trees(context: dg.AssetExecutionContext, git: GitRemotes, dep_table: list[dt.DepRow]):
+    root = git.trees_dir() / "jovian" / context.partition_key / "deps"
+    trees = []
+    for row in dep_table:
+        if not dt.is_cuda_path(row) or not row.repository or not row.tag or row.unresolved:
+            continue
+        trees.append(fetch_dep(git, name=row.name, repository=row.repository, tag=row.tag, dest=root / row.name))
+    result = DepTrees(rev=context.partition_key, root=str(root), trees=trees)
+    errors = [f"{t.name}: {t.error}" for t in trees if t.error]
+    if errors:
+        raise AdoptionRefused("dependencies not fetchable at their pins: " + "; ".join(errors))
+    yield dg.Output(result, metadata={
+        "root": dg.MetadataValue.path(str(root)),
+        "bytes_fetched": dg.MetadataValue.int(sum(t.bytes_fetched for t in trees)),
+        "bytes_reused": dg.MetadataValue.int(sum(t.bytes_reused for t in trees)),
+        "trees": _table([{"dep": t.name, "commit": (t.commit or "")[:12], "gitlinks": len(t.gitlinks),
+                          "fetched": t.bytes_fetched, "reused": t.bytes_reused} for t in trees],
+                        ["dep", "commit", "gitlinks", "fetched", "reused"]),
+    })
+    yield _check(DEP_TREES, GITLINKS_POPULATED, gitlinks_populated(trees))
+
+
+adopt_lab_rev = dg.define_asset_job(
+    "adopt_lab_rev",
+    selection=dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES),
+    description="Adopt one lab rev: parse its lock, audit the fork cut, write the profile, re-sync the dep table, fetch the dep trees.",
+)

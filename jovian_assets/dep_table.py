@@ -1,0 +1,796 @@
+"""The dependency table of a vLLM source tree, read from its cmake, and its diff against fetch-deps.sh.
+
+Runbook, "Adopting a new lab rev", step 3: revs add and move deps (r27 added FlashKDA, LMCache,
+flashinfer tvm-ffi/tilelang pins; r39 moved every external pin), so the gate list is re-synced from
+the NEW tree's `cmake/external_projects/*.cmake` (and the top-level CMakeLists.txt, where vLLM
+declares cutlass) every rev. Every GIT_REPOSITORY/GIT_TAG pin becomes a row; a platform branch is a
+row of its own with its condition; a variable that cannot be resolved is reported, never dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from resources.errors import FileFormatError
+
+EXTERNAL_PROJECTS = "cmake/external_projects"
+
+
+class DepRow(BaseModel):
+    """One GIT_REPOSITORY/GIT_TAG pin declared by the tree, under one condition."""
+
+    name: str
+    repository: str | None = None
+    tag: str | None = None
+    submodules: list[str] = Field(default_factory=list)  # GIT_SUBMODULES: the gitlinks that must be populated
+    condition: str | None = None  # enclosing if()/elseif()/else() conditions joined with ' AND '; None at top level
+    file: str  # relative to the tree root
+    line: int  # line of the FetchContent_Declare / FetchContent_Populate
+    source_dir_override: str | None = None  # `$ENV{X_SRC_DIR}` or `X_SRC_DIR`: replaces the download when set
+    unresolved: list[str] = Field(default_factory=list)  # variables left as ${...} in repository/tag/submodules
+    kind: Literal["declare", "populate"] = "declare"
+
+
+class Gate(BaseModel):
+    """One `gate NAME REPOSITORY TAG [SUBDIR...]` line of fetch-deps.sh."""
+
+    name: str
+    repository: str
+    tag: str
+    subdirs: list[str] = Field(default_factory=list)
+    line: int
+
+
+class GateMatch(BaseModel):
+    row: DepRow
+    gate: Gate
+
+
+class GateMove(BaseModel):
+    """A gate whose dependency the tree now pins at another tag or repository."""
+
+    name: str
+    old_repository: str
+    old_tag: str
+    new_repository: str | None
+    new_tag: str | None
+    gate_line: int
+    row: DepRow
+    change: str  # e.g. "tag a8f794d1… -> a6ec2ba7…"
+
+
+class GateDiff(BaseModel):
+    added: list[DepRow]  # CUDA-path rows with no gate of the same name
+    moved: list[GateMove]  # same name, another tag or repository
+    removed: list[Gate]  # gates with no CUDA-path row
+    ungated_cuda_pins: list[DepRow]  # CUDA-path rows no gate pins exactly: what the blocking check fails on
+    matched: list[GateMatch]
+
+    @property
+    def blocking(self) -> bool:
+        return bool(self.ungated_cuda_pins)
+
+
+class TableMove(BaseModel):
+    name: str
+    condition: str | None
+    old: DepRow
+    new: DepRow
+    change: str
+
+
+class TableDiff(BaseModel):
+    """This rev's table against the previous rev's, by (name, condition)."""
+
+    added: list[DepRow]
+    moved: list[TableMove]
+    removed: list[DepRow]
+
+
+# -- cmake tokenizer -----------------------------------------------------------------------------
+# Hand-written: no maintained Python cmake parser fits (cmakelang/cmake-format: last release 2020;
+# parse_cmake: 2015; cmakeast: 2016; cmake-parser 0.9 is syntax only), and we need if() branch
+# conditions and set() resolution on top of the syntax anyway.
+
+ArgKind = Literal["unquoted", "quoted", "bracket", "paren"]
+
+
+@dataclass(frozen=True)
+class _Arg:
+    text: str
+    kind: ArgKind
+    line: int
+
+
+@dataclass(frozen=True)
+class _Command:
+    name: str  # lower-cased: cmake command names are case-insensitive
+    args: tuple[_Arg, ...]
+    line: int
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BRACKET_OPEN = re.compile(r"\[(=*)\[")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", ";": "\\;"}
+
+
+class _Scanner:
+    """Splits a cmake file into command invocations: name '(' args ')' with nested parens and quotes."""
+
+    def __init__(self, text: str, path: str) -> None:
+        self.text, self.path, self.pos, self.line = text, path, 0, 1
+
+    def commands(self) -> Iterator[_Command]:
+        while True:
+            self._skip_blank()
+            if self.pos >= len(self.text):
+                return
+            match = _IDENT.match(self.text, self.pos)
+            if match is None:
+                raise FileFormatError(self.path, self.line, f"expected a cmake command, found {self._snippet()!r}")
+            line = self.line
+            self._advance(match.end() - self.pos)
+            self._skip_blank(comments=False)
+            if self._peek() != "(":
+                raise FileFormatError(self.path, self.line, f"{match.group()} is not followed by '(': found {self._snippet()!r}")
+            self._advance(1)
+            yield _Command(name=match.group().lower(), args=self._arguments(match.group(), line), line=line)
+
+    def _arguments(self, name: str, start: int) -> tuple[_Arg, ...]:
+        args: list[_Arg] = []
+        depth = 1
+        while True:
+            self._skip_blank()
+            char = self._peek()
+            if char == "":
+                raise FileFormatError(self.path, start, f"{name}( is never closed: a ')' is missing")
+            if char in "()":
+                depth += 1 if char == "(" else -1
+                self._advance(1)
+                if depth == 0:
+                    return tuple(args)
+                args.append(_Arg(char, "paren", self.line))
+            elif char == '"':
+                args.append(self._quoted())
+            elif _BRACKET_OPEN.match(self.text, self.pos):
+                args.append(self._bracket())
+            else:
+                args.append(self._unquoted())
+
+    def _quoted(self) -> _Arg:
+        line, out = self.line, list[str]()
+        self._advance(1)
+        while True:
+            char = self._peek()
+            if char == "":
+                raise FileFormatError(self.path, line, "a quoted argument is never closed: a '\"' is missing")
+            self._advance(1)
+            if char == '"':
+                return _Arg("".join(out), "quoted", line)
+            if char == "\\":
+                escaped = self._peek()
+                self._advance(1)
+                if escaped != "\n":  # backslash-newline continues the line
+                    out.append(_ESCAPES.get(escaped, escaped))
+            else:
+                out.append(char)
+
+    def _bracket(self) -> _Arg:
+        line = self.line
+        match = _BRACKET_OPEN.match(self.text, self.pos)
+        assert match is not None
+        close = "]" + match.group(1) + "]"
+        end = self.text.find(close, match.end())
+        if end < 0:
+            raise FileFormatError(self.path, line, f"a bracket argument {match.group()} is never closed by {close}")
+        body = self.text[match.end():end]
+        self._advance(end + len(close) - self.pos)
+        return _Arg(body.removeprefix("\n"), "bracket", line)
+
+    def _unquoted(self) -> _Arg:
+        line, start = self.line, self.pos
+        while (char := self._peek()) and not char.isspace() and char not in '()#':
+            if char == "\\":
+                self._advance(2)
+            elif char == '"':  # legacy unquoted form, e.g. -DFOO="a b": the quotes belong to the argument
+                end = self.text.find('"', self.pos + 1)
+                if end < 0:
+                    raise FileFormatError(self.path, line, "a quoted part of an argument is never closed: a '\"' is missing")
+                self._advance(end + 1 - self.pos)
+            else:
+                self._advance(1)
+        return _Arg(self.text[start:self.pos], "unquoted", line)
+
+    def _skip_blank(self, comments: bool = True) -> None:
+        while self.pos < len(self.text):
+            char = self.text[self.pos]
+            if char.isspace():
+                self._advance(1)
+            elif char == "#" and comments:
+                self._comment()
+            else:
+                return
+
+    def _comment(self) -> None:
+        bracket = _BRACKET_OPEN.match(self.text, self.pos + 1)
+        if bracket:  # #[[ ... ]] spans lines
+            close = "]" + bracket.group(1) + "]"
+            end = self.text.find(close, bracket.end())
+            if end < 0:
+                raise FileFormatError(self.path, self.line, f"a bracket comment #{bracket.group()} is never closed by {close}")
+            self._advance(end + len(close) - self.pos)
+            return
+        end = self.text.find("\n", self.pos)
+        self._advance((len(self.text) if end < 0 else end) - self.pos)
+
+    def _peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def _advance(self, count: int) -> None:
+        self.line += self.text.count("\n", self.pos, self.pos + count)
+        self.pos += count
+
+    def _snippet(self) -> str:
+        return self.text[self.pos:self.pos + 40].split("\n", 1)[0]
+
+
+def _commands(text: str, path: str) -> list[_Command]:
+    return list(_Scanner(text, path).commands())
+
+
+# -- one file: if() branches, set() definitions, FetchContent calls ------------------------------
+
+BlockId = tuple[str, int]  # (file, line of its if())
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """One branch of an if() block, with the condition elements that hold inside it."""
+
+    block: BlockId
+    index: int  # 0 = if(), then each elseif()/else() in order
+    elements: tuple[str, ...]
+
+
+_Scope = tuple[_Branch, ...]
+
+
+@dataclass(frozen=True)
+class _Definition:
+    name: str  # a variable, or ENV{X} for set(ENV{X} ...)
+    value: str  # list elements joined with ';' as cmake does
+    scope: _Scope
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    command: _Command
+    kind: Literal["declare", "populate"]
+    scope: _Scope
+    defs_before: int  # how many of the file's definitions precede it
+
+
+@dataclass
+class _Block:
+    branches: int
+    has_else: bool
+
+
+@dataclass
+class _OpenIf:
+    block: BlockId
+    conditions: list[str]  # the if() and elseif() conditions met so far
+    branch: _Branch
+    has_else: bool = False
+
+
+@dataclass
+class _FileScan:
+    file: str
+    definitions: list[_Definition] = field(default_factory=list)
+    fetches: list[_Fetch] = field(default_factory=list)
+    blocks: dict[BlockId, _Block] = field(default_factory=dict)
+
+
+_FETCH_COMMANDS: dict[str, Literal["declare", "populate"]] = {
+    "fetchcontent_declare": "declare", "fetchcontent_populate": "populate",
+}
+
+
+def _scan(text: str, file: str) -> _FileScan:
+    scan = _FileScan(file=file)
+    stack: list[_OpenIf] = []
+    for command in _commands(text, file):
+        name = command.name
+        if name in ("if", "elseif", "else", "endif"):
+            _branching(command, stack, scan)
+            continue
+        scope = tuple(open_if.branch for open_if in stack)
+        if name == "set":
+            definition = _definition(command, scope)
+            if definition is not None:
+                scan.definitions.append(definition)
+        elif name in _FETCH_COMMANDS:
+            scan.fetches.append(_Fetch(command, _FETCH_COMMANDS[name], scope, len(scan.definitions)))
+    if stack:
+        raise FileFormatError(file, stack[-1].block[1], "if() has no matching endif()")
+    return scan
+
+
+def _branching(command: _Command, stack: list[_OpenIf], scan: _FileScan) -> None:
+    """Keep the stack of open if() blocks; each branch knows the condition elements that hold in it."""
+    name, file = command.name, scan.file
+    if name == "if":
+        condition = _render(command.args)
+        block = (file, command.line)
+        stack.append(_OpenIf(block, [condition], _Branch(block, 0, (_wrap(condition),))))
+        return
+    if not stack:
+        raise FileFormatError(file, command.line, f"{name}() without an open if()")
+    top = stack[-1]
+    if top.has_else and name != "endif":
+        raise FileFormatError(file, command.line, f"{name}() after the else() of the if() at line {top.block[1]}")
+    negated = tuple(f"NOT ({c})" for c in top.conditions)
+    if name == "elseif":
+        condition = _render(command.args)
+        top.branch = _Branch(top.block, top.branch.index + 1, negated + (_wrap(condition),))
+        top.conditions.append(condition)
+    elif name == "else":
+        top.branch = _Branch(top.block, top.branch.index + 1, negated)
+        top.has_else = True
+    else:
+        stack.pop()
+        scan.blocks[top.block] = _Block(branches=top.branch.index + 1, has_else=top.has_else)
+
+
+def _definition(command: _Command, scope: _Scope) -> _Definition | None:
+    """set(NAME v...) [CACHE TYPE doc [FORCE]] [PARENT_SCOPE] -> NAME = 'v;...'."""
+    args = [a for a in command.args if a.kind != "paren"]
+    if not args or ("$" in args[0].text and not args[0].text.startswith("ENV{")):
+        return None  # a computed variable name cannot be resolved statically
+    values = args[1:]
+    if values and values[-1].kind == "unquoted" and values[-1].text == "PARENT_SCOPE":
+        values = values[:-1]
+    cache = next((i for i, a in enumerate(values) if a.kind == "unquoted" and a.text == "CACHE"), None)
+    if cache is not None:
+        values = values[:cache]
+    return _Definition(name=args[0].text, value=";".join(a.text for a in values), scope=scope)
+
+
+def _render(args: Sequence[_Arg]) -> str:
+    """An if() condition as text: quotes kept, no space inside parentheses."""
+    out = ""
+    for arg in args:
+        token = {"quoted": f'"{arg.text}"', "bracket": f"[[{arg.text}]]"}.get(arg.kind, arg.text)
+        if out and not out.endswith("(") and token != ")":
+            out += " "
+        out += token
+    return out
+
+
+def _wrap(condition: str) -> str:
+    """Parenthesize a condition with a top-level AND/OR so joining with ' AND ' keeps its meaning."""
+    depth, compound = 0, False
+    for token in _condition_tokens(condition):
+        depth += {"(": 1, ")": -1}.get(token, 0)
+        compound = compound or (depth == 0 and token in ("AND", "OR"))
+    return f"({condition})" if compound else condition
+
+
+# -- resolution of ${VAR} through the definitions that can reach a use --------------------------
+
+_REF = re.compile(r"\$(ENV|CACHE)?\{([A-Za-z0-9_./+\-]+)\}")  # ${X}, $ENV{X}, $CACHE{X}
+_MAX_DEPTH = 10
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    value: str
+    scope: _Scope  # the use's scope plus the branches its definitions live in
+    unresolved: tuple[str, ...] = ()
+
+
+def _compatible(a: _Scope, b: _Scope) -> bool:
+    """False when the two scopes sit in different branches of the same if() block."""
+    branches = {x.block: x.index for x in a}
+    return all(branches.get(y.block, y.index) == y.index for y in b)
+
+
+def _merge(a: _Scope, b: _Scope) -> _Scope:
+    return a + tuple(x for x in b if x not in a)
+
+
+class _Resolver:
+    def __init__(self, blocks: dict[BlockId, _Block]) -> None:
+        self.blocks = blocks
+
+    def resolve(self, text: str, scope: _Scope, chain: Sequence[_Definition], depth: int = 0) -> list[_Resolved]:
+        """Every value `text` can take at a use in `scope`, one per combination of reaching definitions."""
+        variants = [_Resolved("", scope)]
+        pos = 0
+        for ref in _REF.finditer(text):
+            literal = text[pos:ref.start()]
+            pos = ref.end()
+            key = f"ENV{{{ref.group(2)}}}" if ref.group(1) == "ENV" else ref.group(2)
+            variants = [e for v in variants for e in self._expand(_Resolved(v.value + literal, v.scope, v.unresolved),
+                                                                  key, ref.group(), chain, depth)]
+        return [_Resolved(v.value + text[pos:], v.scope, v.unresolved) for v in variants]
+
+    def _expand(self, so_far: _Resolved, key: str, raw: str, chain: Sequence[_Definition], depth: int) -> list[_Resolved]:
+        found = self._reaching(key, so_far.scope, chain) if depth < _MAX_DEPTH else []
+        if not found:
+            return [_Resolved(so_far.value + raw, so_far.scope, so_far.unresolved + (key,))]
+        out = []
+        for index, definition in found:
+            scope = _merge(so_far.scope, definition.scope)
+            for sub in self.resolve(definition.value, scope, chain[:index], depth + 1):
+                out.append(_Resolved(so_far.value + sub.value, sub.scope, so_far.unresolved + sub.unresolved))
+        return out
+
+    def _reaching(self, key: str, scope: _Scope, chain: Sequence[_Definition]) -> list[tuple[int, _Definition]]:
+        """The set()s of `key` that can be the value at a use in `scope`, in file order.
+
+        Walks back from the use; stops at a definition that always runs when the use runs, or when
+        the definitions found cover every branch of an if()/else() block (e.g. TRITON_GIT set in
+        both the ROCm and the else branch): nothing earlier can reach the use.
+        """
+        found: list[tuple[int, _Definition]] = []
+        covered: dict[BlockId, set[int]] = {}
+        for index in range(len(chain) - 1, -1, -1):
+            definition = chain[index]
+            if definition.name != key or not _compatible(definition.scope, scope):
+                continue
+            found.append((index, definition))
+            extra = [b for b in definition.scope if b not in scope]
+            if not extra:
+                break
+            if len(extra) == 1:
+                covered.setdefault(extra[0].block, set()).add(extra[0].index)
+                block = self.blocks.get(extra[0].block)
+                if block is not None and block.has_else and len(covered[extra[0].block]) == block.branches:
+                    break
+        return found[::-1]
+
+
+# -- rows ----------------------------------------------------------------------------------------
+
+# FetchContent_Declare / ExternalProject keywords: an option's values run until the next one.
+_KEYWORDS = frozenset("""
+GIT_REPOSITORY GIT_TAG GIT_SUBMODULES GIT_SUBMODULES_RECURSE GIT_PROGRESS GIT_SHALLOW GIT_REMOTE_NAME
+GIT_CONFIG GIT_REMOTE_UPDATE_STRATEGY URL URL_HASH URL_MD5 DOWNLOAD_NAME DOWNLOAD_DIR DOWNLOAD_COMMAND
+DOWNLOAD_NO_EXTRACT DOWNLOAD_NO_PROGRESS DOWNLOAD_EXTRACT_TIMESTAMP SOURCE_DIR BINARY_DIR SUBBUILD_DIR
+SOURCE_SUBDIR PREFIX TMP_DIR STAMP_DIR INSTALL_DIR LOG_DIR CONFIGURE_COMMAND BUILD_COMMAND
+INSTALL_COMMAND TEST_COMMAND UPDATE_COMMAND PATCH_COMMAND UPDATE_DISCONNECTED CMAKE_ARGS
+CMAKE_CACHE_ARGS CMAKE_CACHE_DEFAULT_ARGS BUILD_IN_SOURCE BUILD_ALWAYS BUILD_BYPRODUCTS TLS_VERIFY
+TLS_CAINFO HTTP_USERNAME HTTP_PASSWORD HTTP_HEADER NETRC NETRC_FILE INACTIVITY_TIMEOUT TIMEOUT QUIET
+EXCLUDE_FROM_ALL SYSTEM OVERRIDE_FIND_PACKAGE FIND_PACKAGE_ARGS LOG_DOWNLOAD LOG_UPDATE LOG_PATCH
+LOG_CONFIGURE LOG_BUILD LOG_INSTALL USES_TERMINAL_DOWNLOAD USES_TERMINAL_UPDATE DEPENDS
+""".split())
+
+
+def _options(args: Sequence[_Arg]) -> tuple[_Arg | None, dict[str, list[_Arg]]]:
+    """(the content name, {KEYWORD: its values}) of a FetchContent call."""
+    plain = [a for a in args if a.kind != "paren"]
+    options: dict[str, list[_Arg]] = {}
+    current: list[_Arg] | None = None
+    for arg in plain[1:]:
+        if arg.kind == "unquoted" and arg.text in _KEYWORDS:
+            current = options.setdefault(arg.text, [])
+        elif current is not None:
+            current.append(arg)
+    return (plain[0] if plain else None), options
+
+
+def _override(options: dict[str, list[_Arg]]) -> str | None:
+    """The variable a SOURCE_DIR-only declare reads: `$ENV{X_SRC_DIR}`, `X_SRC_DIR` or a literal path."""
+    if "GIT_REPOSITORY" in options or "GIT_TAG" in options or "URL" in options or not options.get("SOURCE_DIR"):
+        return None  # with a download, SOURCE_DIR is only where it lands
+    text = " ".join(a.text for a in options["SOURCE_DIR"])
+    ref = _REF.search(text)
+    if ref is None:
+        return text
+    return f"$ENV{{{ref.group(2)}}}" if ref.group(1) == "ENV" else ref.group(2)
+
+
+def _condition(scope: _Scope) -> str | None:
+    elements = [e for branch in scope for e in branch.elements]
+    return " AND ".join(elements) if elements else None
+
+
+def _rows_for(fetch: _Fetch, file: str, chain: Sequence[_Definition], resolver: _Resolver,
+              overrides: dict[str, str]) -> list[DepRow]:
+    """One row per combination of definitions reaching the repository and the tag."""
+    name_arg, options = _options(fetch.command.args)
+    if name_arg is None or not ("GIT_REPOSITORY" in options or "GIT_TAG" in options):
+        return []  # FetchContent_Populate(name) of an earlier declare, or a SOURCE_DIR/URL-only call
+    name = resolver.resolve(name_arg.text, fetch.scope, chain)[0].value
+    rows = []
+    for repo in _option_values(options, "GIT_REPOSITORY", fetch.scope, chain, resolver):
+        for tag in _option_values(options, "GIT_TAG", repo.scope, chain, resolver):
+            submodules, missing = _submodules(options, tag.scope, chain, resolver)
+            unresolved = list(dict.fromkeys(repo.unresolved + tag.unresolved + missing))
+            rows.append(DepRow(
+                name=name, repository=repo.value or None, tag=tag.value or None, submodules=submodules,
+                condition=_condition(tag.scope), file=file, line=fetch.command.line,
+                source_dir_override=overrides.get(name.lower()), unresolved=unresolved, kind=fetch.kind,
+            ))
+    return rows
+
+
+def _option_values(options: dict[str, list[_Arg]], key: str, scope: _Scope, chain: Sequence[_Definition],
+                   resolver: _Resolver) -> list[_Resolved]:
+    if not options.get(key):
+        return [_Resolved("", scope)]
+    return resolver.resolve(";".join(a.text for a in options[key]), scope, chain)
+
+
+def _submodules(options: dict[str, list[_Arg]], scope: _Scope, chain: Sequence[_Definition],
+                resolver: _Resolver) -> tuple[list[str], tuple[str, ...]]:
+    paths: list[str] = []
+    unresolved: tuple[str, ...] = ()
+    for arg in options.get("GIT_SUBMODULES", []):
+        first = resolver.resolve(arg.text, scope, chain)[0]
+        paths += [p for p in first.value.split(";") if p]
+        unresolved += first.unresolved
+    return paths, unresolved
+
+
+def parse_tree(root: Path) -> list[DepRow]:
+    """Every GIT_REPOSITORY/GIT_TAG pin of a vLLM tree: CMakeLists.txt, then each external project file.
+
+    Variables set in the top-level CMakeLists.txt (e.g. CUTLASS_REVISION) reach every external
+    project file; a file's own set()s shadow them.
+    """
+    root = Path(root)
+    top = root / "CMakeLists.txt"
+    files = ([top] if top.is_file() else []) + sorted((root / EXTERNAL_PROJECTS).glob("*.cmake"))
+    if not files:
+        raise FileFormatError(root, None, f"not a vLLM source tree: no CMakeLists.txt and no {EXTERNAL_PROJECTS}/*.cmake")
+    scans = [_scan(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()) for f in files]
+    resolver = _Resolver({k: v for scan in scans for k, v in scan.blocks.items()})
+    top_defs = scans[0].definitions if top.is_file() else []
+    rows: list[DepRow] = []
+    for scan in scans:
+        inherited = [] if scan.file == "CMakeLists.txt" else top_defs
+        overrides = _overrides(scan)
+        for fetch in scan.fetches:
+            chain = [*inherited, *scan.definitions[:fetch.defs_before]]
+            rows += _rows_for(fetch, scan.file, chain, resolver, overrides)
+    return rows
+
+
+def _overrides(scan: _FileScan) -> dict[str, str]:
+    """{content name: the X_SRC_DIR variable} of the file's SOURCE_DIR-only declares."""
+    overrides = {}
+    for fetch in scan.fetches:
+        name_arg, options = _options(fetch.command.args)
+        if name_arg is not None and (variable := _override(options)) is not None:
+            overrides[name_arg.text.lower()] = variable
+    return overrides
+
+
+# -- which rows a CUDA build fetches ---------------------------------------------------------------
+
+_UNARY = frozenset("DEFINED EXISTS COMMAND POLICY TARGET TEST IS_DIRECTORY IS_SYMLINK IS_ABSOLUTE IS_READABLE "
+                   "IS_WRITABLE IS_EXECUTABLE".split())
+_BINARY = frozenset("STREQUAL EQUAL LESS GREATER LESS_EQUAL GREATER_EQUAL STRLESS STRGREATER STRLESS_EQUAL "
+                    "STRGREATER_EQUAL MATCHES VERSION_EQUAL VERSION_LESS VERSION_GREATER VERSION_LESS_EQUAL "
+                    "VERSION_GREATER_EQUAL IN_LIST IS_NEWER_THAN PATH_EQUAL".split())
+_PLATFORM_COMPARISONS = frozenset({"STREQUAL", "MATCHES", "IN_LIST"})
+_ROCM = re.compile(r"(?<![A-Z0-9])(HIP|ROCM)")
+_CUDA = re.compile(r"(?<![A-Z0-9])CUDA")
+_COND_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[()]|[^\s()"]+')
+
+
+def _condition_tokens(condition: str) -> list[str]:
+    return _COND_TOKEN.findall(condition)
+
+
+def is_cuda_path(row: DepRow) -> bool:
+    """False only when the row's condition selects ROCm/HIP (or excludes CUDA), evaluated for a CUDA build.
+
+    Three-valued: `VLLM_GPU_LANG STREQUAL "HIP"`, `USE_ROCM`, `DEFINED ENV{ROCM_PATH}` are false on a
+    CUDA build, `VLLM_GPU_LANG STREQUAL "CUDA"` is true, anything else (version checks, X_SRC_DIR
+    overrides) is unknown and keeps the row on the CUDA path.
+    """
+    if not row.condition:
+        return True
+    return _ConditionOnCuda(_condition_tokens(row.condition)).value() is not False
+
+
+def _not(a: bool | None) -> bool | None:
+    return None if a is None else not a
+
+
+def _and(a: bool | None, b: bool | None) -> bool | None:
+    return False if a is False or b is False else (True if a and b else None)
+
+
+def _or(a: bool | None, b: bool | None) -> bool | None:
+    return True if a or b else (False if a is False and b is False else None)
+
+
+class _ConditionOnCuda:
+    """Recursive descent over cmake's if() grammar (OR < AND < NOT < comparisons), in Kleene logic."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens, self.i = tokens, 0
+
+    def value(self) -> bool | None:
+        result = self._or()
+        return result if self.i == len(self.tokens) else None  # a shape we do not read: unknown
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def _next(self) -> str | None:
+        token = self._peek()
+        self.i += 1
+        return token
+
+    def _or(self) -> bool | None:
+        result = self._and()
+        while self._peek() == "OR":
+            self._next()
+            result = _or(result, self._and())
+        return result
+
+    def _and(self) -> bool | None:
+        result = self._not()
+        while self._peek() == "AND":
+            self._next()
+            result = _and(result, self._not())
+        return result
+
+    def _not(self) -> bool | None:
+        if self._peek() == "NOT":
+            self._next()
+            return _not(self._not())
+        return self._primary()
+
+    def _primary(self) -> bool | None:
+        token = self._next()
+        if token is None:
+            return None
+        if token == "(":
+            result = self._or()
+            if self._peek() == ")":
+                self._next()
+            return result
+        if token in _UNARY:
+            return _platform_atom(None, [self._next() or ""])
+        if self._peek() in _BINARY:
+            op = self._next()
+            return _platform_atom(op, [token, self._next() or ""])
+        return _platform_atom(None, [token])
+
+
+def _platform_atom(op: str | None, operands: list[str]) -> bool | None:
+    text = " ".join(o.strip('"') for o in operands).upper()
+    rocm, cuda = bool(_ROCM.search(text)), bool(_CUDA.search(text))
+    if op is None:  # a bare or DEFINED/EXISTS variable: only ROCm/HIP ones say anything about the platform
+        return False if rocm else None
+    if op not in _PLATFORM_COMPARISONS or rocm == cuda:
+        return None  # version and numeric checks do not pick a platform
+    return cuda
+
+
+# -- fetch-deps.sh gate list ---------------------------------------------------------------------
+
+
+def parse_gates(text: str, path: str) -> list[Gate]:
+    """`gate NAME REPOSITORY TAG [SUBDIR...]` lines (backslash continuations joined); other bash is ignored."""
+    gates = []
+    for number, line in _logical_lines(text):
+        words = line.split()
+        if not words or words[0] != "gate":
+            continue
+        try:
+            args = shlex.split(line, comments=True)[1:]
+        except ValueError as exc:
+            raise FileFormatError(path, number, f"gate line does not parse as shell words ({exc}): {line.strip()!r}") from None
+        if len(args) < 3:
+            raise FileFormatError(path, number, f"gate needs NAME REPOSITORY TAG [SUBDIR...], found {line.strip()!r}")
+        if any("$" in a for a in args[:3]):
+            raise FileFormatError(
+                path, number, f"gate arguments must be literal (the list is read without running bash), found {line.strip()!r}",
+            )
+        gates.append(Gate(name=args[0], repository=args[1], tag=args[2], subdirs=args[3:], line=number))
+    return gates
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(first line number, text) of each shell line, backslash continuations joined."""
+    start, parts = 0, list[str]()
+    for number, line in enumerate(text.splitlines(), 1):
+        if not parts:
+            start = number
+        if line.rstrip().endswith("\\") and not line.lstrip().startswith("#"):
+            parts.append(line.rstrip()[:-1])
+            continue
+        yield start, " ".join([*parts, line])
+        parts = []
+    if parts:
+        yield start, " ".join(parts)
+
+
+def _same_repository(a: str | None, b: str | None) -> bool:
+    def norm(url: str | None) -> str:
+        return (url or "").strip().rstrip("/").lower().removesuffix(".git")
+
+    return norm(a) == norm(b)
+
+
+def _change(old_repository: str | None, old_tag: str | None, new_repository: str | None, new_tag: str | None) -> str:
+    parts = []
+    if old_tag != new_tag:
+        parts.append(f"tag {old_tag} -> {new_tag}")
+    if not _same_repository(old_repository, new_repository):
+        parts.append(f"repository {old_repository} -> {new_repository}")
+    return "; ".join(parts)
+
+
+def diff_gates(rows: Sequence[DepRow], gates: Sequence[Gate]) -> GateDiff:
+    """The tree's CUDA-path pins against fetch-deps.sh: names case-insensitive, repositories without .git."""
+    by_name: dict[str, list[Gate]] = {}
+    for gate in gates:
+        by_name.setdefault(gate.name.lower(), []).append(gate)
+    cuda_rows = [row for row in rows if is_cuda_path(row)]
+    diff = GateDiff(added=[], moved=[], removed=[], ungated_cuda_pins=[], matched=[])
+    for row in cuda_rows:
+        same_name = by_name.get(row.name.lower(), [])
+        exact = next((g for g in same_name if g.tag == row.tag and _same_repository(g.repository, row.repository)), None)
+        if exact is not None:
+            diff.matched.append(GateMatch(row=row, gate=exact))
+            continue
+        diff.ungated_cuda_pins.append(row)
+        if not same_name:
+            diff.added.append(row)
+            continue
+        gate = next((g for g in same_name if _same_repository(g.repository, row.repository)), same_name[0])
+        diff.moved.append(GateMove(
+            name=row.name, old_repository=gate.repository, old_tag=gate.tag, new_repository=row.repository,
+            new_tag=row.tag, gate_line=gate.line, row=row,
+            change=_change(gate.repository, gate.tag, row.repository, row.tag),
+        ))
+    names = {row.name.lower() for row in cuda_rows}
+    diff.removed = [gate for gate in gates if gate.name.lower() not in names]
+    return diff
+
+
+def diff_tables(previous_rows: Sequence[DepRow], rows: Sequence[DepRow]) -> TableDiff:
+    """This rev's table against the previous rev's, matched by (name, condition)."""
+    def keyed(table: Sequence[DepRow]) -> dict[tuple[str, str | None], list[DepRow]]:
+        out: dict[tuple[str, str | None], list[DepRow]] = {}
+        for row in table:
+            out.setdefault((row.name.lower(), row.condition), []).append(row)
+        return out
+
+    before, after = keyed(previous_rows), keyed(rows)
+    diff = TableDiff(added=[], moved=[], removed=[])
+    for key in dict.fromkeys([*before, *after]):
+        old, new = before.get(key, []), after.get(key, [])
+        for a, b in zip(old, new, strict=False):  # extras on either side are added/removed below
+            change = _change(a.repository, a.tag, b.repository, b.tag)
+            if a.submodules != b.submodules:
+                change = "; ".join(filter(None, [change, f"submodules {a.submodules} -> {b.submodules}"]))
+            if change:
+                diff.moved.append(TableMove(name=b.name, condition=b.condition, old=a, new=b, change=change))
+        diff.removed += old[len(new):]
+        diff.added += new[len(old):]
+    return diff
+
+
+def to_rows_json(rows: Sequence[DepRow]) -> list[dict[str, object]]:
+    """The table for the CLI and the asset metadata: name, repository, tag, submodules, condition."""
+    return [
+        {"name": r.name, "repository": r.repository, "tag": r.tag, "submodules": list(r.submodules), "condition": r.condition}
+        for r in rows
+    ]

@@ -1,0 +1,88 @@
+"""What the Jovian assets record, as pydantic models (pickled by the IO manager, shown as metadata)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from jovian_assets.source_lock import SourceLock
+
+
+class Finding(BaseModel):
+    """The outcome of one audit, ready to become an asset check result."""
+
+    passed: bool
+    description: str
+
+
+class AdoptedLock(BaseModel):
+    """`jovian/source_lock`: a rev's lock as the lab published it, and where it was read."""
+
+    rev: str
+    lab_commit: str
+    path: str
+    blob: str
+    lock: SourceLock
+
+
+class BranchTip(BaseModel):
+    name: str
+    tip: str
+    ahead: int  # commits on the branch after the pin
+    behind: int  # commits at the pin that the branch does not have
+
+
+class PackageCut(BaseModel):
+    name: str
+    repository: str
+    commit: str
+    lock_tree: str
+    tree: str | None = None  # `git rev-parse <commit>^{tree}`, None when the pin could not be fetched
+    error: str | None = None
+    committed_at: datetime | None = None
+    branches: list[BranchTip] = Field(default_factory=list)
+
+
+class ForkCut(BaseModel):
+    """`jovian/fork_cut`: the fork set as one cut (runbook 'Adopting a new lab rev', step 2)."""
+
+    rev: str
+    window_minutes: float
+    packages: list[PackageCut]
+
+
+class ProfileDiff(BaseModel):
+    key: str
+    base: str | None  # versions.env
+    profile: str
+
+
+class BuildProfile(BaseModel):
+    """`jovian/build_profile`: profiles/<rev>.env in the build repo."""
+
+    rev: str
+    path: str
+    text: str
+    diff: list[ProfileDiff]
+    unknown_keys: list[str]
+    build_commit: str
+    pushed: bool
+
+
+class DepTree(BaseModel):
+    name: str
+    repository: str
+    tag: str
+    commit: str | None
+    path: str | None
+    bytes_fetched: int = 0
+    bytes_reused: int = 0
+    gitlinks: dict[str, str] = Field(default_factory=dict)  # path in the tree -> commit
+    error: str | None = None
+
+
+class DepTrees(BaseModel):
+    rev: str
+    root: str
+    trees: list[DepTree]

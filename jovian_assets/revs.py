@@ -1,0 +1,52 @@
+"""Finding a rev's source lock in the lab repo: listings and parses at one lab commit."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from jovian_assets.models import AdoptedLock
+from jovian_assets.source_lock import parse_source_lock
+from resources.errors import LockstepError
+from resources.git import GitRemotes
+from resources.secrets import redact
+from resources.site import JovianSection
+
+LAB_COMMIT_TAG = "lockstep/lab_commit"  # set by lab_rev_sensor: the lab commit a run adopts from
+
+
+class LabLock(BaseModel):
+    """One lock file at a lab commit: its rev, or why it could not be read."""
+
+    path: str
+    blob: str
+    rev: str | None = None
+    error: str | None = None
+
+
+def lab_locks(git: GitRemotes, jovian: JovianSection, *, lab_commit: str) -> list[LabLock]:
+    """Every source lock the glob finds at `lab_commit` (shallow fetch), each parsed for its rev."""
+    locks = []
+    for path, blob in sorted(git.list_files(url=jovian.lab_repo, sha=lab_commit, pattern=jovian.lock_glob).items()):
+        entry = LabLock(path=path, blob=blob)
+        try:
+            text = git.show_file(url=jovian.lab_repo, sha=lab_commit, path=path) or ""
+            entry.rev = parse_source_lock(text, path).rev
+        except LockstepError as exc:
+            entry.error = str(exc)
+        locks.append(entry)
+    return locks
+
+
+def find_rev_lock(git: GitRemotes, jovian: JovianSection, *, lab_commit: str, rev: str) -> AdoptedLock:
+    """The lock whose release.version is `rev` at `lab_commit`, fully parsed (errors name file:line)."""
+    candidates = [entry for entry in lab_locks(git, jovian, lab_commit=lab_commit) if entry.rev == rev]
+    if not candidates:
+        raise LockstepError(
+            f"no source lock with release.version={rev} under {jovian.lock_glob} at {redact(jovian.lab_repo)} @ {lab_commit[:12]}"
+        )
+    if len(candidates) > 1:
+        raise LockstepError(f"rev {rev} is published twice: {', '.join(c.path for c in candidates)}; the lab must publish one lock per rev")
+    entry = candidates[0]
+    text = git.show_file(url=jovian.lab_repo, sha=lab_commit, path=entry.path) or ""
+    lock = parse_source_lock(text, entry.path, required=jovian.packages)
+    return AdoptedLock(rev=rev, lab_commit=lab_commit, path=entry.path, blob=entry.blob, lock=lock)

@@ -1,0 +1,184 @@
+"""The lab's `<rev>.source.lock` (format `local-inference-source-lock/v1`), parsed with every key kept.
+
+The lock is the contract of a rev: engine packages pinned by full commit sha AND tree hash. Branch
+names are not the contract (the LMCache lock's branch was renamed upstream within a day), so an
+abbreviated sha or a branch name where a sha belongs is an error naming file:line, never a guess.
+Keys the parser does not model (`runtime.*`, `flashkda.*`, `flashinfer.*`, `input.*.sha256`, ...)
+are pins and facts too: they are kept verbatim, in file order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from resources.errors import FileFormatError
+
+FORMAT = "local-inference-source-lock/v1"
+FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+# Keys whose value is a git object id (commit or tree): `P.commit`, `P.tree`, `P.package.tree`,
+# `flashkda.base.commit`, `vllm.native.csrc.tree`, ...
+_SHA_SUFFIXES = (".commit", ".tree")
+
+
+class LockedPackage(BaseModel):
+    """One engine package of the lock: a prefix P with both `P.repository` and `P.commit`."""
+
+    name: str
+    repository: str
+    commit: str
+    tree: str
+    package_tree: str | None = None  # P.package.tree: the tree of the packaged sub-directory
+    bundle_sha256: str | None = None  # P.bundle.sha256
+    version: str | None = None  # P.version: the engine string carries the pin (…+glm53.r35.vllmde982a50)
+    line: int  # line of P.commit
+
+
+class SourceLock(BaseModel):
+    """A parsed lock: the packages it pins, and every key=value exactly as the lab wrote it."""
+
+    path: str
+    format: str
+    rev: str  # release.version, e.g. r35
+    release_name: str | None = None
+    packages: dict[str, LockedPackage]  # in file order of P.repository
+    keys: dict[str, str]  # every key, verbatim, in file order
+    lines: dict[str, int]  # 1-based line of each key
+
+    def line_of(self, key: str) -> int | None:
+        return self.lines.get(key)
+
+
+def parse_source_lock(text: str, path: str, *, required: Sequence[str] = ()) -> SourceLock:
+    """Parse a v1 source lock; every problem is a FileFormatError naming path:line and the value.
+
+    `required` names packages (e.g. vllm, b12x, lmcache) that must be in the lock.
+    """
+    keys, lines = _read_pairs(text, path)
+    for key, value in keys.items():
+        if key.endswith(_SHA_SUFFIXES):
+            _check_full_sha(path, lines[key], key, value)
+    rev = keys.get("release.version")
+    if rev is None:
+        raise FileFormatError(path, None, "no release.version key: it names the rev (e.g. release.version=r35)")
+    if not rev.strip():
+        raise FileFormatError(path, lines["release.version"], "release.version is empty: it names the rev (e.g. r35)")
+    packages = _packages(keys, lines, path)
+    for name in required:
+        _check_required(name, keys, lines, path)
+    return SourceLock(
+        path=path, format=keys["format"].strip(), rev=rev, release_name=keys.get("release.name"),
+        packages=packages, keys=keys, lines=lines,
+    )
+
+
+def to_json(lock: SourceLock) -> dict[str, object]:
+    """The parsed lock as plain JSON for the CLI: packages as modelled, plus every key verbatim."""
+    return {
+        "rev": lock.rev,
+        "release_name": lock.release_name,
+        "packages": {
+            name: {
+                "repository": p.repository, "commit": p.commit, "tree": p.tree,
+                "package_tree": p.package_tree, "bundle_sha256": p.bundle_sha256, "version": p.version,
+            }
+            for name, p in lock.packages.items()
+        },
+        "keys": dict(lock.keys),
+    }
+
+
+def _read_pairs(text: str, path: str) -> tuple[dict[str, str], dict[str, int]]:
+    """key=value lines in file order; the first one must be the format line."""
+    keys: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if "=" not in line:
+            raise FileFormatError(path, number, f"{line.strip()!r} is not key=value: every line of a source lock is one key=value")
+        # Split on the FIRST '=' only: values carry '=' too (and spaces, ';', '@', ':').
+        key, value = line.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise FileFormatError(path, number, f"{line.strip()!r} has an empty key before '='")
+        if not keys:
+            _check_format_line(path, number, key, value)
+        if key in keys:
+            raise FileFormatError(
+                path, number,
+                f"{key} is set twice (lines {lines[key]} and {number}): a lock pins each key once; the lab must publish one value",
+            )
+        keys[key] = value
+        lines[key] = number
+    if not keys:
+        raise FileFormatError(path, 1, f"the file is empty: a source lock starts with format={FORMAT}")
+    return keys, lines
+
+
+def _check_format_line(path: str, number: int, key: str, value: str) -> None:
+    if key != "format":
+        raise FileFormatError(
+            path, number, f"the first line must be format={FORMAT}, found {key}={value!r}: not a source lock, or a truncated one",
+        )
+    if value.strip() != FORMAT:
+        raise FileFormatError(
+            path, number, f"format={value!r} is not {FORMAT}: lockstep reads only v1 locks; a new format needs a parser change",
+        )
+
+
+def _check_full_sha(path: str, line: int, key: str, value: str) -> None:
+    if FULL_SHA.fullmatch(value):
+        return
+    if _HEX.fullmatch(value) and len(value) < 40:
+        what = f"an abbreviated sha ({len(value)} hex digits)"
+    elif _HEX.fullmatch(value) and len(value) == 40:
+        what = "upper-case hex"
+    elif not value.strip():
+        what = "empty"
+    else:
+        what = "not a sha (a branch name?)"
+    raise FileFormatError(
+        path, line,
+        f"{key}={value!r} is {what}: pins are full 40-hex lower-case git shas; branch names and short shas "
+        "are not the contract (a branch was renamed upstream within a day). Take the full sha from the lab's commit.",
+    )
+
+
+def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[str, LockedPackage]:
+    """Every prefix P with both P.repository and P.commit, in the file order of P.repository."""
+    packages: dict[str, LockedPackage] = {}
+    for key in keys:
+        if not key.endswith(".repository"):
+            continue
+        name = key.removesuffix(".repository")
+        commit_key = f"{name}.commit"
+        if commit_key not in keys:
+            continue  # e.g. model.repository: a Hugging Face repo, not a package pinned by commit
+        tree_key = f"{name}.tree"
+        if tree_key not in keys:
+            raise FileFormatError(
+                path, lines[commit_key],
+                f"package {name} has {commit_key} but no {tree_key}: every package pins the tree hash of its commit next to the commit",
+            )
+        packages[name] = LockedPackage(
+            name=name, repository=keys[key], commit=keys[commit_key], tree=keys[tree_key],
+            package_tree=keys.get(f"{name}.package.tree"), bundle_sha256=keys.get(f"{name}.bundle.sha256"),
+            version=keys.get(f"{name}.version"), line=lines[commit_key],
+        )
+    return packages
+
+
+def _check_required(name: str, keys: dict[str, str], lines: dict[str, int], path: str) -> None:
+    repository, commit = f"{name}.repository", f"{name}.commit"
+    missing = [k for k in (repository, commit) if k not in keys]
+    if not missing:
+        return
+    present = next((k for k in (repository, commit) if k in keys), None)
+    raise FileFormatError(
+        path, lines[present] if present else None,
+        f"required package {name} is missing {' and '.join(missing)}: the rev must pin {name} as part of its one cut",
+    )

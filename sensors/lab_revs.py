@@ -1,0 +1,60 @@
+"""lab_rev_sensor: one ls-remote of the lab branch per tick; a new or changed lock starts one adoption."""
+
+import dagster as dg
+
+from jovian_assets.revs import LAB_COMMIT_TAG, lab_locks
+from resources.errors import LockstepError
+from resources.git import GitRemotes
+from resources.secrets import redact
+from resources.site import SiteResource
+from sensors.harbor import default_sensor_status
+
+
+def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsDefinition) -> dg.SensorDefinition:
+    @dg.sensor(
+        name="lab_rev_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=30,
+        default_status=default_sensor_status(),
+        description=(
+            "Watches the lab's branch with one `git ls-remote` per tick; when it moved, a shallow fetch lists "
+            "the source locks. A new rev adds a `lab_revs` partition; each new or changed lock requests "
+            f"`{job_name}` with run key `<rev>:<lock blob sha>`, so a lock is adopted exactly once."
+        ),
+    )
+    def lab_rev_sensor(context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes) -> dg.SensorResult:
+        try:
+            jovian = site.config().jovian
+        except LockstepError as exc:
+            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+        if jovian is None:
+            return dg.SensorResult(skip_reason="the site has no [jovian] table")
+        where = f"{jovian.lab_branch} on {redact(jovian.lab_repo)}"
+        try:
+            tip = git.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
+            if tip is None:
+                return dg.SensorResult(skip_reason=f"branch {where} does not exist")
+            if tip == context.cursor:
+                return dg.SensorResult(skip_reason=f"{where} still at {tip}")
+            locks = lab_locks(git, jovian, lab_commit=tip)
+        except LockstepError as exc:
+            return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
+        for bad in (entry for entry in locks if entry.error):
+            context.log.warning(f"skipping {bad.path}: {bad.error}")
+        good = [entry for entry in locks if entry.rev]
+        known = set(context.instance.get_dynamic_partitions(partitions_def.name))
+        new_revs = sorted({entry.rev for entry in good if entry.rev not in known})  # type: ignore[misc]
+        requests = [
+            dg.RunRequest(run_key=f"{entry.rev}:{entry.blob}", partition_key=entry.rev,
+                          tags={LAB_COMMIT_TAG: tip, "lockstep/lock_path": entry.path})
+            for entry in good
+        ]
+        if not requests:
+            return dg.SensorResult(cursor=tip, skip_reason=f"{where} moved to {tip[:12]} but holds no readable source lock")
+        return dg.SensorResult(
+            run_requests=requests,
+            dynamic_partitions_requests=[partitions_def.build_add_request(new_revs)] if new_revs else [],
+            cursor=tip,
+        )
+
+    return lab_rev_sensor

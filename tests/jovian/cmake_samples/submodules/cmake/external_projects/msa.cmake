@@ -1,0 +1,9 @@
+set(_MSA_GITLINKS "csrc/cutlass;csrc/kerutils")
+FetchContent_Declare(msa
+  GIT_REPOSITORY https://github.com/example-lab/MSA.git
+  GIT_TAG 087c1618a1b2c3d4e5f60718293a4b5c6d7e8f90
+  GIT_SUBMODULES ${_MSA_GITLINKS})
+FetchContent_Declare(tvm_ffi
+  GIT_REPOSITORY https://github.com/apache/tvm-ffi.git
+  GIT_TAG v0.1.0
+  GIT_SUBMODULES "")
