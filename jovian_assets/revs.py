@@ -39,10 +39,13 @@ def lab_locks(git: GitRemotes, jovian: JovianSection, *, lab_commit: str) -> lis
 
 def find_rev_lock(git: GitRemotes, jovian: JovianSection, *, lab_commit: str, rev: str) -> AdoptedLock:
     """The lock whose release.version is `rev` at `lab_commit`, fully parsed (errors name file:line)."""
-    candidates = [entry for entry in lab_locks(git, jovian, lab_commit=lab_commit) if entry.rev == rev]
+    locks = lab_locks(git, jovian, lab_commit=lab_commit)
+    candidates = [entry for entry in locks if entry.rev == rev]
     if not candidates:
+        unreadable = "".join(f"\n  {entry.error}" for entry in locks if entry.error)
         raise LockstepError(
             f"no source lock with release.version={rev} under {jovian.lock_glob} at {redact(jovian.lab_repo)} @ {lab_commit[:12]}"
+            + (f"; these locks could not be read:{unreadable}" if unreadable else "")
         )
     if len(candidates) > 1:
         raise LockstepError(f"rev {rev} is published twice: {', '.join(c.path for c in candidates)}; the lab must publish one lock per rev")

@@ -219,3 +219,35 @@ def _guard(fn):  # type: ignore[no-untyped-def]
         return fn()
     except LockstepError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+# -- lab revs -------------------------------------------------------------------------------------
+
+
+@main.group()
+def lab() -> None:
+    """Preview a lab rev before adopting it."""
+
+
+@lab.command("lock")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def lab_lock(path: Path) -> None:
+    """Print a `<rev>.source.lock` parsed, as JSON: packages (repository, commit, tree, ...) and every other key."""
+    import json
+
+    from jovian_assets.source_lock import parse_source_lock, to_json
+
+    lock = _guard(lambda: parse_source_lock(path.read_text(encoding="utf-8"), str(path)))
+    click.echo(json.dumps(to_json(lock), indent=2))
+
+
+@lab.command("dep-table")
+@click.argument("tree", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def lab_dep_table(tree: Path) -> None:
+    """Print the cmake dependency table of a vLLM source tree (a checkout or an unpacked sdist) as JSON rows."""
+    import json
+
+    from jovian_assets.dep_table import parse_tree, to_rows_json
+
+    rows = _guard(lambda: parse_tree(tree))
+    click.echo(json.dumps(to_rows_json(rows), indent=2))

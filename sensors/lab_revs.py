@@ -18,7 +18,8 @@ def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsD
         default_status=default_sensor_status(),
         description=(
             "Watches the lab's branch with one `git ls-remote` per tick; when it moved, a shallow fetch lists "
-            "the source locks. A new rev adds a `lab_revs` partition; each new or changed lock requests "
+            "the source locks. A new rev adds a `lab_revs` partition; each lock that is new or changed since the "
+            "last lab commit seen requests "
             f"`{job_name}` with run key `<rev>:<lock blob sha>`, so a lock is adopted exactly once."
         ),
     )
@@ -37,11 +38,13 @@ def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsD
             if tip == context.cursor:
                 return dg.SensorResult(skip_reason=f"{where} still at {tip}")
             locks = lab_locks(git, jovian, lab_commit=tip)
+            # Only what changed since the last lab commit seen: a new rev, or a lock whose blob moved.
+            seen = git.list_files(url=jovian.lab_repo, sha=context.cursor, pattern=jovian.lock_glob) if context.cursor else {}
         except LockstepError as exc:
             return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
         for bad in (entry for entry in locks if entry.error):
             context.log.warning(f"skipping {bad.path}: {bad.error}")
-        good = [entry for entry in locks if entry.rev]
+        good = [entry for entry in locks if entry.rev and seen.get(entry.path) != entry.blob]
         known = set(context.instance.get_dynamic_partitions(partitions_def.name))
         new_revs = sorted({entry.rev for entry in good if entry.rev not in known})  # type: ignore[misc]
         requests = [
@@ -50,7 +53,7 @@ def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsD
             for entry in good
         ]
         if not requests:
-            return dg.SensorResult(cursor=tip, skip_reason=f"{where} moved to {tip[:12]} but holds no readable source lock")
+            return dg.SensorResult(cursor=tip, skip_reason=f"{where} moved to {tip[:12]} without a new or changed source lock")
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[partitions_def.build_add_request(new_revs)] if new_revs else [],

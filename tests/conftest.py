@@ -41,16 +41,26 @@ def commit_count(bare: Path, branch: str = CONSUMER_BRANCH) -> int:
 
 
 @pytest.fixture
-def push_consumer(tmp_path: Path) -> Callable[..., str]:
-    """Commit edits to the sandbox consumer repo as a teammate would; returns the new sha."""
+def push_repo(tmp_path: Path) -> Callable[..., str]:
+    """Commit edits to a sandbox bare repo's branch as a teammate would; returns the new sha."""
 
-    def push(sb: Sandbox, edit: Callable[[Path], None], message: str = "teammate edit") -> str:
+    def push(bare: Path, branch: str, edit: Callable[[Path], None], message: str = "teammate edit") -> str:
         wt = tmp_path / f"teammate-{len(list(tmp_path.glob('teammate-*')))}"
-        repo = git.Repo.clone_from(sb.consumer.as_uri(), wt, branch=CONSUMER_BRANCH)
+        repo = git.Repo.clone_from(bare.as_uri(), wt, branch=branch)
         edit(wt)
         repo.git.add("-A")
         repo.index.commit(message, author=AUTHOR, committer=AUTHOR)
-        repo.git.push("origin", f"HEAD:refs/heads/{CONSUMER_BRANCH}")
+        repo.git.push("origin", f"HEAD:refs/heads/{branch}")
         return repo.head.commit.hexsha
+
+    return push
+
+
+@pytest.fixture
+def push_consumer(push_repo: Callable[..., str]) -> Callable[..., str]:
+    """Commit edits to the sandbox consumer repo as a teammate would; returns the new sha."""
+
+    def push(sb: Sandbox, edit: Callable[[Path], None], message: str = "teammate edit") -> str:
+        return push_repo(sb.consumer, CONSUMER_BRANCH, edit, message)
 
     return push

@@ -37,7 +37,14 @@ def test_tpu_graph_shape() -> None:
     for name in ("relock_harbor", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold"):
         assert tpu_defs.resolve_job_def(name) is not None
     assert sorted(s.name for s in repo.sensor_defs) == ["auto_promote_sensor", "consumer_rebuild_sensor", "harbor_branch_sensor"]
-    jovian_defs.get_repository_def()  # loads, though it holds little yet
+    jovian = jovian_defs.get_repository_def()
+    assert {k.to_user_string() for k in jovian.asset_graph.get_all_asset_keys()} == {
+        "jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees"}
+    assert {c.name for c in jovian.asset_graph.asset_check_keys} == {
+        "pins_reachable", "trees_match", "one_cut", "newer_cut_available", "profile_keys_known",
+        "recipes_build_profile_top_level", "cuda_pins_gated", "gitlinks_populated"}
+    assert jovian_defs.resolve_job_def("adopt_lab_rev") is not None
+    assert [s.name for s in jovian.sensor_defs] == ["lab_rev_sensor"]
 
 
 def test_workspace_validates_and_cli_materialize_relocks_once(sb: Sandbox, tmp_path: Path) -> None:
