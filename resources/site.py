@@ -180,11 +180,85 @@ class JovianSection(_Table):
         default_factory=lambda: dict(DEFAULT_VERSIONS_KEYS), description="Source-lock key -> versions.env key."
     )
     cmake_package: str = Field(default="vllm", description="The package whose tree declares the cmake deps.")
+    build_node: str | None = Field(default=None, description="The [[spark.nodes]] name that builds images.")
+    image_tag: str = Field(default="jovian-judgement:{rev}-glm53", description="Image tag; {rev} is the lab rev.")
+    build_command: list[str] = Field(default_factory=lambda: ["bash", "build.sh"], description="Run in the shipped build dir with TAG and PROFILE set.")
+    build_timeout_s: float = Field(default=4 * 3600.0, gt=0)
+    poll_s: float = Field(default=30.0, gt=0)
+    boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
+    lane: LaneSection | None = None
 
     @field_validator("lab_branch", "build_branch")
     @classmethod
     def _branch(cls, value: str) -> str:
         return TpuSection._branch_name(value)
+
+
+class SparkNode(_Table):
+    """One DGX Spark node. `ssh` nodes are reached with paramiko; `local` nodes run commands on this
+    machine in their own directory (`root`, relative to the site file), with `root/bin` first on PATH."""
+
+    name: str
+    transport: Literal["ssh", "local"] = "ssh"
+    host: str = ""
+    port: int = Field(default=22, gt=0, lt=65536)
+    user: str = ""
+    root: str = ""
+    roles: list[Literal["build", "lane"]] = Field(default_factory=list)
+
+
+class SparkSection(_Table):
+    """``[spark]``: the node inventory and how to reach it. Host keys are verified, never auto-added."""
+
+    nodes: list[SparkNode]
+    known_hosts: str = Field(default="~/.ssh/known_hosts", description="Host keys to verify against.")
+    key_path: str | None = Field(default=None, description="Private key file (a path, not a secret).")
+    passphrase_env: str | None = Field(default=None, description="NAME of the env var with the key's passphrase.")
+    connect_timeout_s: float = Field(default=15.0, gt=0)
+    command_timeout_s: float = Field(default=600.0, gt=0)
+    keepalive_s: int = Field(default=30, ge=0)
+
+    def node(self, name: str) -> SparkNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise LockstepError(f"no [[spark.nodes]] named {name!r} (have: {', '.join(n.name for n in self.nodes)})")
+
+
+class BootGate(_Table):
+    """A boot gate: `docker run --rm IMG python -c CODE` on the build node; exit 0 and, when given,
+    `expect` (a regex; `{vllm_version}`, `{rev}` and `{<pkg>_commit8}` are filled from the lock) in stdout."""
+
+    name: str
+    code: str
+    expect: str | None = None
+
+
+DEFAULT_BOOT_GATES = [
+    BootGate(name="vllm_import_carries_pin", code="import vllm; print(vllm.__version__)", expect=r"^{vllm_version}$"),
+    BootGate(name="b12x_import", code="import b12x; print(b12x.__name__)"),
+    BootGate(name="lmcache_native", code="import lmcache, lmcache.cuda_ops, lmcache.lmcache_native, lmcache.lmcache_fs; print('ok')"),
+    BootGate(name="flashkda_extension", code="import vllm._flashkda_C; print('ok')"),
+    BootGate(name="b12x_enum_resolves",
+             code="from vllm.model_executor.layers.fused_moe import MoEBackend; print(MoEBackend['B12X'].value)", expect=r"^b12x$"),
+    BootGate(name="nvfp4_ds_mla_present",
+             code="import pathlib, vllm; t = (pathlib.Path(vllm.__file__).parent / 'config' / 'cache.py').read_text(); "
+                  "assert 'nvfp4_ds_mla' in t, 'nvfp4_ds_mla missing from vllm/config/cache.py'; print('ok')"),
+]
+
+
+class LaneSection(_Table):
+    """``[jovian.lane]``: the nodes that serve a rev, and the bench that gates it."""
+
+    name: str = "glm53-2x"
+    nodes: list[str]
+    bench_quality: list[str] = Field(
+        default_factory=lambda: ["tool-eval-bench", "--hardmode", "--seed", "42"], description="Quality run (fixed seed).")
+    bench_perf: list[str] = Field(
+        default_factory=lambda: ["tool-eval-bench", "--perf", "--pp", "2048", "--tg", "128", "--concurrency", "1,2"])
+    baseline_score: float = Field(description="The lane's quality baseline (glm53-recipe-state.md).")
+    tolerance: float = Field(default=1.0, ge=0, description="How far under the baseline a score may fall.")
+    bench_timeout_s: float = Field(default=7200.0, gt=0)
 
 
 class SiteConfig(_Table):
@@ -195,6 +269,7 @@ class SiteConfig(_Table):
     registry: RegistrySection = Field(default_factory=RegistrySection)
     iris: IrisSection | None = None
     jovian: JovianSection | None = None
+    spark: SparkSection | None = None
     _path: Path = PrivateAttr(default=Path("site.toml"))
 
     @property
@@ -210,7 +285,7 @@ class SiteConfig(_Table):
     def secret_env_names(self) -> list[str]:
         """Every environment variable the site names as holding a secret."""
         names: list[str] = []
-        for section in (self.site, self.tpu, self.registry, *(s for s in (self.iris, self.jovian) if s)):
+        for section in (self.site, self.tpu, self.registry, *(s for s in (self.iris, self.jovian, self.spark) if s)):
             for field, value in section:
                 if field.endswith("_env") and value:
                     names.append(value)
