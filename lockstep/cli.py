@@ -59,11 +59,13 @@ def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None
               help="Pin only the new vLLM commit; keep b12x/LMCache at the previous rev's (hours older) pins.")
 @click.option("--move-dep", is_flag=True,
               help="The new vLLM tree also moves cmake pins (FlashMLA, CUTLASS_REVISION): the dep table goes stale.")
-def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool) -> None:
+@click.option("--break-import", is_flag=True,
+              help="The new vLLM commit drops vllm/_flashkda_C: the image builds, its flashkda boot gate fails.")
+def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, break_import: bool) -> None:
     """Cut rev NAME across the sandbox forks and publish its source lock; print the lab commit and lock path."""
     from sandbox.jovian_world import new_lab_rev
 
-    rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep))
+    rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import))
     click.echo(rev.lab_commit)
     click.echo(rev.lock_path)
 

@@ -314,7 +314,8 @@ def vllm_files(pins: CmakePins) -> dict[str, str]:
         "setup.py": (
             '"""Builds the CMake extensions (csrc/) into vllm/. Sandbox copy: the build itself is stubbed."""\n'
             "from setuptools import setup\n\n"
-            'setup(packages=["vllm", "vllm.config"])\n'
+            'setup(packages=["vllm", "vllm.config", "vllm.model_executor", "vllm.model_executor.layers",\n'
+            '                "vllm.model_executor.layers.fused_moe", "vllm.model_executor.models"])\n'
         ),
         "requirements/cuda.txt": "torch==2.13.0\nflashinfer-python==0.6.17\n",
         "vllm/__init__.py": (
@@ -327,6 +328,10 @@ def vllm_files(pins: CmakePins) -> dict[str, str]:
             "from typing import Literal\n\n"
             'CacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]\n'
         ),
+        "vllm/model_executor/__init__.py": "",
+        "vllm/model_executor/layers/__init__.py": "",
+        "vllm/model_executor/models/__init__.py": "",
+        "vllm/model_executor/layers/fused_moe/__init__.py": fused_moe_init(["TRITON", "CUTLASS"]),
         "csrc/cache_kernels.cu": "// paged KV cache kernels\n__global__ void reshape_and_cache() {}\n",
         "csrc/torch_bindings.cpp": '#include <torch/library.h>\nTORCH_LIBRARY(_C, ops) {}\n',
         **vllm_cmake_files(pins),
@@ -341,8 +346,38 @@ def vllm_glm53_files() -> dict[str, str]:
             'CacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4_ds_mla"]\n'
         ),
         "csrc/flashkda_ops.cu": "// vllm._flashkda_C: FlashKDA bindings\n__global__ void flashkda_fwd() {}\n",
+        FLASHKDA_EXTENSION: FLASHKDA_C_PY,
+        "vllm/model_executor/layers/fused_moe/__init__.py": fused_moe_init(["TRITON", "CUTLASS", "B12X"]),
         "vllm/model_executor/models/glm53.py": glm53_model(["GLM-5.3-Flash model (MLA + KDA hybrid)"]),
     }
+
+
+# The compiled `vllm._flashkda_C` extension, as the importable module the sandbox can carry (no CUDA here).
+FLASHKDA_EXTENSION = "vllm/_flashkda_C.py"
+FLASHKDA_C_PY = '''"""vllm._flashkda_C: the FlashKDA ops (kimi delta attention), built from csrc/flashkda_ops.cu.
+
+Sandbox stand-in for the compiled extension module: importable, same name, no CUDA.
+"""
+
+OPS = ("flashkda_fwd", "flashkda_fwd_chunked")
+
+
+def flashkda_fwd(*args, **kwargs):
+    raise RuntimeError("vllm._flashkda_C.flashkda_fwd needs a GPU (sandbox stand-in)")
+'''
+
+
+def fused_moe_init(backends: list[str]) -> str:
+    """vllm/model_executor/layers/fused_moe/__init__.py: the MoE backend enum (B12X arrives with GLM-5.3)."""
+    members = "".join(f'    {b} = "{b.lower()}"\n' for b in backends)
+    return (
+        '"""Fused mixture-of-experts layers and the kernel backends that run them."""\n\n'
+        "import enum\n\n\n"
+        "class MoEBackend(enum.Enum):\n"
+        '    """Selected with VLLM_MOE_BACKEND (the lab launcher sets VLLM_MOE_BACKEND=b12x)."""\n\n'
+        f"{members}\n\n"
+        '__all__ = ["MoEBackend"]\n'
+    )
 
 
 def glm53_model(notes: list[str]) -> str:
@@ -381,13 +416,30 @@ def lmcache_files() -> dict[str, str]:
         "pyproject.toml": (
             '[build-system]\nrequires = ["setuptools>=77", "setuptools-scm>=8", "torch == 2.13.0"]\n'
             'build-backend = "setuptools.build_meta"\n\n'
-            '[project]\nname = "lmcache"\ndynamic = ["version"]\nrequires-python = ">=3.10"\n'
+            '[project]\nname = "lmcache"\ndynamic = ["version"]\nrequires-python = ">=3.10"\n\n'
+            '[tool.setuptools_scm]\nversion_file = "lmcache/_version.py"\n'
         ),
-        "lmcache/__init__.py": '"""LMCache: KV cache offload and sharing."""\n',
+        "lmcache/__init__.py": (
+            '"""LMCache: KV cache offload and sharing."""\n\n'
+            "try:\n    from lmcache._version import __version__\nexcept ImportError:  # not built\n"
+            '    __version__ = "0.0.0.dev0"\n'
+        ),
+        "lmcache/cuda_ops.py": native_module("lmcache.cuda_ops", "csrc/cuda_ops.cu", ["copy_blocks", "multi_layer_kv_transfer"]),
+        "lmcache/lmcache_native.py": native_module("lmcache.lmcache_native", "csrc/native.cpp", ["mp_shm_open", "mp_shm_read"]),
+        "lmcache/lmcache_fs.py": native_module("lmcache.lmcache_fs", "csrc/fs.cpp", ["fs_read_chunks", "fs_write_chunks"]),
+        "csrc/native.cpp": "// lmcache.lmcache_native: shared-memory transfer\nint mp_shm_open() { return 0; }\n",
+        "csrc/fs.cpp": "// lmcache.lmcache_fs: chunked file offload\nint fs_read_chunks() { return 0; }\n",
         "lmcache/v1/__init__.py": "",
         "lmcache/v1/mp_transfer.py": mp_transfer_py([]),
         "csrc/cuda_ops.cu": "// lmcache.cuda_ops\n__global__ void copy_blocks() {}\n",
     }
+
+
+def native_module(name: str, source: str, ops: list[str]) -> str:
+    """A compiled extension module of the fork, as an importable stand-in (no CUDA in the sandbox)."""
+    defs = "".join(f"\n\ndef {op}(*args, **kwargs):\n    raise RuntimeError(\"{name}.{op} needs a GPU (sandbox stand-in)\")\n"
+                   for op in ops)
+    return f'"""{name}: built from {source}. Sandbox stand-in for the compiled extension."""\n\nOPS = {tuple(ops)!r}\n{defs}'
 
 
 def mp_transfer_py(fixes: list[str]) -> str:
@@ -657,22 +709,59 @@ RUN uv pip install --system /wheels/*.whl \\
 """
 
 BUILD_SH = """#!/usr/bin/env bash
-# build.sh: generic driver; forwards every versions.env KEY=VAL (then the profile's) as a build-arg.
-#   TAG=jovian-judgement:r35-glm53 [PROFILE=r35] bash build.sh
+# build.sh: generic driver. Every versions.env KEY=VAL, merged with profiles/$PROFILE.env (the profile
+# wins: versions.env < profile), goes to `docker build` as a --build-arg; the image is labelled with the
+# profile it was built from.
+#   TAG=jovian-judgement:r35-glm53 PROFILE=r35 bash build.sh
+# PROFILE unset: versions.env alone (the base pins). BUILD_DIR_CHECKSUM set (the launcher stamps it):
+# also labelled lockstep.build_dir_checksum, so an image says which shipped dir it came from.
 set -euo pipefail
 cd "$(dirname "$0")"
-: "${TAG:?set TAG=jovian-judgement:<cut>-<model>}"
-args=()
+here=$(pwd)
+
+if [ -z "${TAG:-}" ]; then
+  echo "build.sh: TAG is not set: run it as TAG=jovian-judgement:<cut>-<model> PROFILE=<rev> bash build.sh" >&2
+  exit 2
+fi
+
+declare -A value=()
+keys=()
 load() {
-  local line
+  local file=$1 n=0 line key val
   while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    line=${line%$'\\r'}
     case "$line" in ''|'#'*) continue ;; esac
-    args+=(--build-arg "$line")
-  done < "$1"
+    if [[ ! "$line" =~ ^[[:space:]]*(export[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]]; then
+      echo "build.sh: $here/$file:$n: not a KEY=VAL line: $line" >&2
+      exit 2
+    fi
+    key=${BASH_REMATCH[2]}
+    val=${BASH_REMATCH[3]}
+    if [[ "$val" =~ ^\\"(.*)\\"$ || "$val" =~ ^\\'(.*)\\'$ ]]; then val=${BASH_REMATCH[1]}; fi
+    [[ -v "value[$key]" ]] || keys+=("$key")
+    value[$key]=$val
+  done < "$file"
 }
+
+[ -f versions.env ] || { echo "build.sh: $here/versions.env is missing: this is not a jovian-judgement build dir" >&2; exit 2; }
 load versions.env
-if [ -n "${PROFILE:-}" ]; then load "profiles/$PROFILE.env"; fi
-exec docker build "${args[@]}" -t "$TAG" .
+labels=()
+if [ -n "${PROFILE:-}" ]; then
+  if [ ! -f "profiles/$PROFILE.env" ]; then
+    have=$(cd profiles 2>/dev/null && ls -1 -- *.env 2>/dev/null | sed 's/\\.env$//' | tr '\\n' ' ' || true)
+    echo "build.sh: PROFILE=$PROFILE but $here/profiles/$PROFILE.env does not exist (profiles here: ${have:-none}); adopt the rev first or fix PROFILE" >&2
+    exit 2
+  fi
+  load "profiles/$PROFILE.env"
+  labels+=(--label "lockstep.profile=$PROFILE")
+fi
+if [ -n "${BUILD_DIR_CHECKSUM:-}" ]; then labels+=(--label "lockstep.build_dir_checksum=$BUILD_DIR_CHECKSUM"); fi
+
+args=()
+for key in "${keys[@]}"; do args+=(--build-arg "$key=${value[$key]}"); done
+echo "build.sh: $TAG from versions.env${PROFILE:+ < profiles/$PROFILE.env} (${#keys[@]} build args)" >&2
+exec docker build -t "$TAG" "${args[@]}" "${labels[@]}" .
 """
 
 BUILD_README = """# docker-images (sandbox copy)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from resources.errors import LockstepError
-from resources.site import JovianSection
+from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ class LabRev(BaseModel):
     previous: str | None = Field(default=None, description="The rev published before this one.")
     half_cut: bool = False
     moved_deps: dict[str, str] = Field(default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)")
+    broken_import: bool = Field(default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import).")
     lock_text: str = ""
 
 
@@ -363,7 +364,7 @@ def _move_flashmla(w: JovianRepos, when: datetime, cutlass_commit: str) -> str:
 
 
 def _cut_forks(
-    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool
+    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """Push one rev's work and pin commits to every fork. Returns (tips, branches, moved cmake deps)."""
     tips: dict[str, str] = {}
@@ -401,6 +402,11 @@ def _cut_forks(
                 moved["cutlass"] = new_rev
             when, summary, wfiles = work[0]
             work[0] = (when, summary + "; FlashMLA sm120 decode (cmake pins moved)", {**wfiles, **files})
+        if break_import and pkg == "vllm":
+            # A realistic broken rev: the python shim of the FlashKDA extension is gone, so the image
+            # builds and the other imports work, but `import vllm._flashkda_C` fails at boot.
+            when, summary, wfiles = work[0]
+            work[0] = (when, summary + "; drop the FlashKDA python shim", {**wfiles, src.FLASHKDA_EXTENSION: None})
         batch = [
             Commit(branch, summary, cut - before, files, parent=base if i == 0 else None)
             for i, (before, summary, files) in enumerate(work)
@@ -418,9 +424,10 @@ def _doc_rows(doc: str) -> list[tuple[str, str, str, str]]:
 
 def _publish_rev(
     w: JovianRepos, rev: str, cut: datetime, *, previous: tuple[str, dict[str, str]] | None,
-    half_cut: bool, move_dep: bool,
+    half_cut: bool, move_dep: bool, break_import: bool = False,
 ) -> LabRev:
-    tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep)
+    tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep,
+                                       break_import=break_import)
     locked: dict[str, src.LockedPackage] = {}
     for pkg in PACKAGES:
         if half_cut and previous is not None and pkg != "vllm":
@@ -460,7 +467,7 @@ def _publish_rev(
         trees={p: locked[p].tree for p in PACKAGES},
         committed_at={p: _commit_time(w.path(p), locked[p].commit) for p in PACKAGES},
         branches=branches, previous=previous[0] if previous else None,
-        half_cut=bool(half_cut and previous), moved_deps=moved, lock_text=text,
+        half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import, lock_text=text,
     )
 
 
@@ -527,8 +534,22 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
     return w
 
 
+# The sandbox lane and its bench gate: the simulated tool-eval-bench scores a little above this
+# baseline by default (sandbox/fake_bench.py: 71.6), and can be told to score low.
+LANE = "glm53-2x"
+BUILD_NODE = "spark-build"
+LANE_NODES = ["spark-a", "spark-b"]
+BASELINE_SCORE = 70.5
+TOLERANCE = 1.0
+
+
+def lane_section() -> LaneSection:
+    """The site's [jovian.lane]: the two lane nodes of the sandbox and their quality baseline."""
+    return LaneSection(name=LANE, nodes=list(LANE_NODES), baseline_score=BASELINE_SCORE, tolerance=TOLERANCE)
+
+
 def jovian_section(repos: Path) -> JovianSection:
-    """The site's [jovian] table for the sandbox's repos."""
+    """The site's [jovian] table for the sandbox's repos, build node and lane."""
     w = JovianRepos(repos=repos)
     return JovianSection(
         lab_repo=w.url("rtx6kpro"), lab_branch=LAB_BRANCH,
@@ -536,6 +557,8 @@ def jovian_section(repos: Path) -> JovianSection:
         recipes_glob="recipes/*/recipe.toml",
         integration_branches=dict(INTEGRATION_GLOBS),
         cut_window_minutes=CUT_WINDOW_MINUTES,
+        build_node=BUILD_NODE,
+        lane=lane_section(),
     )
 
 
@@ -557,7 +580,9 @@ def _next_cut(w: JovianRepos) -> datetime:
     return datetime.fromtimestamp(newest, tz=UTC).replace(minute=0, second=0) + REV_STEP
 
 
-def new_lab_rev(root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False) -> LabRev:
+def new_lab_rev(
+    root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False
+) -> LabRev:
     """Cut a new rev across the forks and publish its source lock in the lab repo.
 
     Every fork gets new commits (work, then a pin commit within ~2 minutes of the others, all later
@@ -565,6 +590,8 @@ def new_lab_rev(root: Path, name: str, *, half_cut: bool = False, move_dep: bool
     at the previous rev's pins, hours older, although their branches moved on (the r28 lesson).
     `move_dep`: the new vLLM tree also moves cmake pins (FlashMLA to a new commit whose vendored
     cutlass moved, and CUTLASS_REVISION to v4.7.1), so the fetch-deps dep table is stale.
+    `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but the
+    `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
     """
     from sandbox.world import up
 
@@ -579,4 +606,5 @@ def new_lab_rev(root: Path, name: str, *, half_cut: bool = False, move_dep: bool
         raise LockstepError(f"{w.url('rtx6kpro')} has no source lock under {src.LOCK_DIR}/ to follow")
     prev = revs[-1]
     prev_lock = src.parse_lock(_show(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(prev)))
-    return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep)
+    return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep,
+                        break_import=break_import)

@@ -6,6 +6,7 @@ resources; the sandbox only writes a SiteConfig that the rest of lockstep reads 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -22,7 +23,8 @@ from resources.site import IrisSection, RegistrySection, SiteConfig, SiteSection
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
 from sandbox.fake_iris import install_fake_iris
-from sandbox.jovian_world import jovian_section, jovian_up
+from sandbox.jovian_world import BUILD_NODE, jovian_section, jovian_up, lane_section
+from sandbox.spark_nodes import NODES_DIR, install_nodes, spark_section
 
 HARBOR_BRANCH = "penfever/working"
 CONSUMER_BRANCH = "penfever/working"
@@ -59,6 +61,11 @@ class Sandbox(BaseModel):
     @property
     def iris_home(self) -> Path:
         return self.root / "iris"
+
+    @property
+    def nodes(self) -> Path:
+        """The local DGX Spark nodes (sandbox/spark_nodes.py): one directory per node."""
+        return self.root / NODES_DIR
 
     def url(self, bare: Path) -> str:
         return bare.resolve().as_uri()
@@ -150,6 +157,7 @@ def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
         iris=IrisSection(binary="bin/iris", cluster="sandbox", docker_user="sandbox", poll_min_s=0.2, poll_max_s=2.0,
                          cpu=16, memory="64GB", disk="120GB"),
         jovian=jovian_section(sb.repos),
+        spark=spark_section(),
     )
 
 
@@ -191,7 +199,27 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
         with sb.site_file.open("a", encoding="utf-8") as fh:
             fh.write("\n" + table)
         load_site(sb.site_file)
+    _add_spark(sb)
+    install_nodes(sb)
     return sb
+
+
+def _add_spark(sb: Sandbox) -> None:
+    """A sandbox made before the nodes existed: add [spark], the build node and the lane; keep the rest."""
+    site = load_site(sb.site_file)
+    if site.spark is not None or site.jovian is None:
+        return
+    text = sb.site_file.read_text(encoding="utf-8")
+    if site.jovian.build_node is None:
+        header = re.search(r"^\[jovian\][ \t]*$", text, re.M)
+        if header is None:  # [jovian] written some other way: leave the file to whoever wrote it
+            return
+        text = text[: header.end()] + f"\nbuild_node = {json.dumps(BUILD_NODE)}" + text[header.end():]
+    tables: dict[str, object] = {"spark": spark_section().model_dump(mode="json", exclude_none=True)}
+    if site.jovian.lane is None:
+        tables["jovian"] = {"lane": lane_section().model_dump(mode="json", exclude_none=True)}
+    sb.site_file.write_text(text.rstrip("\n") + "\n\n" + tomli_w.dumps(tables), encoding="utf-8")
+    load_site(sb.site_file)
 
 
 def advance_harbor(root: Path = DEFAULT_DIR, *, fix: bool = False, version_bump: bool = True) -> str:

@@ -39,11 +39,13 @@ def test_tpu_graph_shape() -> None:
     assert sorted(s.name for s in repo.sensor_defs) == ["auto_promote_sensor", "consumer_rebuild_sensor", "harbor_branch_sensor"]
     jovian = jovian_defs.get_repository_def()
     assert {k.to_user_string() for k in jovian.asset_graph.get_all_asset_keys()} == {
-        "jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees"}
+        "jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
+        "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
     assert {c.name for c in jovian.asset_graph.asset_check_keys} == {
         "pins_reachable", "trees_match", "one_cut", "newer_cut_available", "profile_keys_known",
-        "recipes_build_profile_top_level", "cuda_pins_gated", "gitlinks_populated"}
-    assert jovian_defs.resolve_job_def("adopt_lab_rev") is not None
+        "recipes_build_profile_top_level", "cuda_pins_gated", "gitlinks_populated", "boot_gates", "image_labeled",
+        "quality_not_below_baseline"}
+    assert jovian_defs.resolve_job_def("adopt_lab_rev") is not None and jovian_defs.resolve_job_def("build_jovian_rev") is not None
     assert [s.name for s in jovian.sensor_defs] == ["lab_rev_sensor"]
 
 

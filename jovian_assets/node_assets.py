@@ -1,0 +1,188 @@
+"""`jovian/image`, `jovian/distributed_image`, `jovian/bench_report`: build on the Spark build node,
+gate, distribute to the lane, bench. All partitioned by `lab_revs`."""
+
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+
+from jovian_assets.assets import DEP_TREES, _check, _jovian, _table
+from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
+from jovian_assets.node_build import (
+    CHECKSUM_LABEL, BenchResult, Distribution, NodeBuildFailed, NodeImage, expected_pins, inspect_image,
+    parse_quality, parse_throughput, run_gates, stage_build_dir, wait_detached,
+)
+from jovian_assets.partitions import lab_revs
+from resources.git import GitRemotes
+from resources.site import SiteResource
+from resources.spark import spark_for
+
+IMAGE = dg.AssetKey(["jovian", "image"])
+DISTRIBUTED = dg.AssetKey(["jovian", "distributed_image"])
+BENCH = dg.AssetKey(["jovian", "bench_report"])
+BOOT_GATES = "boot_gates"
+IMAGE_LABELED = "image_labeled"
+QUALITY_GATE = "quality_not_below_baseline"
+
+
+@dg.asset(
+    key=IMAGE,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"ssh", "docker"},
+    pool="spark_build",
+    code_version="1",
+    deps=[DEP_TREES],
+    check_specs=[
+        dg.AssetCheckSpec(BOOT_GATES, asset=IMAGE, blocking=True,
+                          description="Boot gates from the site (`docker run --rm IMG python -c ...` on the build node): imports, "
+                          "the engine string carries the pin, the B12X enum resolves, nvfp4_ds_mla is present. Outputs kept."),
+        dg.AssetCheckSpec(IMAGE_LABELED, asset=IMAGE,
+                          description="WARN when the image does not carry the shipped build dir's checksum label (built by hand, or from another dir)."),
+    ],
+    description=(
+        "The rev's image built on the build node over SSH: the build dir (versions.env, profiles/<rev>.env, "
+        "the fetched dep trees) shipped as one verified tar stream, `TAG=... PROFILE=<rev> bash build.sh` started "
+        "detached (setsid nohup, log to a file) and polled by pid and exit file until done, then `docker image inspect` "
+        "for the image ID (the config digest) and labels. Builds never overlap on a node (pool `spark_build`)."
+    ),
+)
+def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
+                 build_profile: BuildProfile, dep_trees: DepTrees):
+    config = site.config()
+    jovian = _jovian(site)
+    if config.spark is None or jovian.build_node is None:
+        raise NodeBuildFailed(f"{config.path}: [spark] nodes and [jovian].build_node are needed to build on a node")
+    spark = spark_for(config)
+    rev, node = context.partition_key, jovian.build_node
+    tag = jovian.image_tag.format(rev=rev)
+    remote_dir = f"lockstep-builds/{rev}"
+    started = time.monotonic()
+    with git.checkout(url=jovian.build_repo, sha=build_profile.build_commit) as build, tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "context"
+        checksum = stage_build_dir(build_checkout=build.path, jovian=jovian, deps_root=Path(dep_trees.root), dest=staged)
+        spark.put_tree(node=node, local_dir=staged, remote_dir=remote_dir)
+    argv = ["flock", ".lockstep-build.lock", "env", f"TAG={tag}", f"PROFILE={rev}", f"BUILD_DIR_CHECKSUM={checksum}", *jovian.build_command]
+    handle = spark.start_detached(node=node, argv=argv, log=f"{remote_dir}/build.log", cwd=remote_dir)
+    context.log.info(f"build started on {node}: pid {handle.pid}, log {handle.log}")
+    code = wait_detached(spark, handle, timeout_s=jovian.build_timeout_s, poll_s=jovian.poll_s)
+    tail = spark.tail(handle=handle, lines=40)
+    if code != 0:
+        raise NodeBuildFailed(f"build of {tag} on {node} exited {code}" + (" with no output (a dead pipe pump?)" if not tail.strip() else "")
+                              + f"; log tail:\n{tail}")
+    info = inspect_image(spark, node=node, tag=tag)
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    gates_finding, gate_outputs = run_gates(spark, node=node, tag=tag, gates=jovian.boot_gates, lock=source_lock.lock)
+    image = NodeImage(rev=rev, tag=tag, node=node, image_id=info["Id"], labels=labels, build_dir_checksum=checksum,
+                      duration_s=round(time.monotonic() - started, 1), log_tail=tail[-4000:],
+                      expected_pins=expected_pins(source_lock.lock), gates=gate_outputs)
+    yield dg.Output(image, data_version=dg.DataVersion(image.image_id), metadata={
+        "tag": dg.MetadataValue.text(tag),
+        "image_id": dg.MetadataValue.text(image.image_id),
+        "node": dg.MetadataValue.text(node),
+        "duration_s": dg.MetadataValue.float(image.duration_s),
+        "build_dir_checksum": dg.MetadataValue.text(checksum),
+        "expected_pins": _table([{"package": k, "pin": v} for k, v in image.expected_pins.items()], ["package", "pin"]),
+        "labels": dg.MetadataValue.json(labels),
+        "log_tail": dg.MetadataValue.md(f"```\n{tail[-3000:]}\n```"),
+        "boot_gates": _table([{"gate": g, **o} for g, o in gate_outputs.items()], ["gate", "exit", "stdout", "stderr"]),
+    })
+    yield _check(IMAGE, BOOT_GATES, gates_finding)
+    label = labels.get(CHECKSUM_LABEL)
+    yield _check(IMAGE, IMAGE_LABELED, Finding(
+        passed=label == checksum,
+        description=f"labelled {CHECKSUM_LABEL}={checksum[:16]}..." if label == checksum else
+        f"{tag} carries {CHECKSUM_LABEL}={label or '(none)'}, not the shipped dir's {checksum[:16]}...: "
+        "an unlabeled or hand-built image — rebuild through lockstep to know what it holds",
+    ), dg.AssetCheckSeverity.WARN)
+
+
+@dg.asset(
+    key=DISTRIBUTED,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"ssh", "docker"},
+    code_version="1",
+    description=(
+        "The image on every lane node: ONE `docker save` on the build node streamed to every lane node's "
+        "`docker load` in parallel, then the image ID on each node compared with the built one (never a "
+        "registry digest: `docker load` keeps only the config digest). A mismatch or partial load fails, naming the node."
+    ),
+)
+def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, image: NodeImage) -> dg.Output[Distribution]:
+    config = site.config()
+    jovian = _jovian(site)
+    if jovian.lane is None:
+        raise NodeBuildFailed(f"{config.path}: no [jovian.lane]: nothing to distribute to")
+    spark = spark_for(config)
+    piped = spark.pipe(src=image.node, src_argv=["docker", "save", image.tag],
+                       dsts=jovian.lane.nodes, dst_argv=["docker", "load"])
+    ids = {node: inspect_image(spark, node=node, tag=image.tag)["Id"] for node in jovian.lane.nodes}
+    wrong = [f"{node} holds {i}" for node, i in ids.items() if i != image.image_id]
+    if wrong:
+        raise NodeBuildFailed(f"{image.tag} is {image.image_id} on {image.node}, but " + "; ".join(wrong))
+    sent = piped.src.bytes
+    return dg.Output(Distribution(tag=image.tag, image_id=image.image_id, nodes=ids, bytes=sent), metadata={
+        "image_id": dg.MetadataValue.text(image.image_id),
+        "nodes": _table([{"node": n, "image_id": i} for n, i in ids.items()], ["node", "image_id"]),
+        "bytes": dg.MetadataValue.int(sent),
+    })
+
+
+@dg.asset(
+    key=BENCH,
+    partitions_def=lab_revs,
+    group_name="jovian",
+    kinds={"ssh"},
+    code_version="1",
+    deps=[DISTRIBUTED],
+    check_specs=[dg.AssetCheckSpec(QUALITY_GATE, asset=BENCH, blocking=True,
+                                   description="The quality score is not below the lane's baseline minus the site's tolerance.")],
+    description=(
+        "tool-eval-bench on the lane (quality with a fixed seed; perf pp2048/tg128 c1+c2), parsed, and written "
+        "to `recipes/<lane>/reports/<UTC-stamp>_<label>.md` in the build repo, committed and pushed fast-forward."
+    ),
+)
+def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, image: NodeImage):
+    config = site.config()
+    jovian = _jovian(site)
+    lane = jovian.lane
+    if lane is None:
+        raise NodeBuildFailed(f"{config.path}: no [jovian.lane] to bench")
+    spark = spark_for(config)
+    node = lane.nodes[0]
+    runs = {}
+    for label, argv in (("quality", lane.bench_quality), ("perf", lane.bench_perf)):
+        result = spark.run(node=node, argv=argv, timeout_s=lane.bench_timeout_s)
+        if result.exit_code != 0 or not result.stdout.strip():
+            raise NodeBuildFailed(f"bench {label} on {node}: {result.describe()}")
+        runs[label] = result.stdout.decode(errors="replace")
+    score, throughput = parse_quality(runs["quality"]), parse_throughput(runs["perf"])
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    rel = f"recipes/{lane.name}/reports/{stamp}_{image.rev}.md"
+    body = (f"# {lane.name}: {image.tag} ({image.rev})\n\n- image ID: `{image.image_id}`\n"
+            f"- quality: **{score}** (baseline {lane.baseline_score}, tolerance {lane.tolerance})\n\n"
+            f"## quality\n\n```\n{runs['quality'].strip()}\n```\n\n## perf\n\n```\n{runs['perf'].strip()}\n```\n")
+    with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
+        (wt.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (wt.path / rel).write_text(body, encoding="utf-8")
+        git.commit_all(worktree=wt, message=f"bench: {lane.name} {image.rev} quality {score}",
+                       author=config.site.commit_author, paths=[rel])
+        commit = git.push_fast_forward(worktree=wt)
+    result = BenchResult(lane=lane.name, node=node, tag=image.tag, score=score, baseline=lane.baseline_score,
+                         tolerance=lane.tolerance, throughput=throughput, report_path=rel, build_commit=commit)
+    yield dg.Output(result, metadata={
+        "score": dg.MetadataValue.float(score),
+        "baseline": dg.MetadataValue.float(lane.baseline_score),
+        "report": dg.MetadataValue.text(rel),
+        "throughput": _table([{"test": k, "tokens_per_s": v} for k, v in throughput.items()], ["test", "tokens_per_s"]),
+        "build_commit": dg.MetadataValue.text(commit),
+    })
+    floor = lane.baseline_score - lane.tolerance
+    yield _check(BENCH, QUALITY_GATE, Finding(
+        passed=score >= floor,
+        description=f"quality {score} on {lane.name} vs baseline {lane.baseline_score} - {lane.tolerance} = {floor}"
+        + ("" if score >= floor else ": a regression — do not adopt this rev on the lane"),
+    ))

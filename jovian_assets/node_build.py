@@ -1,0 +1,164 @@
+"""Building, gating and distributing a Jovian image on DGX Spark nodes (runbook: Building / distributing).
+
+The build runs detached on the build node (`setsid nohup`, log to a file) and is judged by its exit
+code, polled — never by a log line. `docker load` keeps only the image ID (the config digest), so
+distribution is verified by comparing image IDs on every node, never a registry digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from resources.errors import LockstepError
+from resources.site import BootGate, JovianSection
+from resources.spark import DetachedHandle, SparkNodes
+
+from jovian_assets.models import Finding
+from jovian_assets.source_lock import SourceLock
+
+CHECKSUM_LABEL = "lockstep.build_dir_checksum"
+
+
+class NodeBuildFailed(LockstepError):
+    """The build, a gate, a transfer or the bench failed on a node; the message names the node."""
+
+
+class NodeImage(BaseModel):
+    """`jovian/image`: what the build node holds after the build."""
+
+    rev: str
+    tag: str
+    node: str
+    image_id: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    build_dir_checksum: str
+    duration_s: float
+    log_tail: str = ""
+    expected_pins: dict[str, str] = Field(default_factory=dict)
+    gates: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+
+class Distribution(BaseModel):
+    tag: str
+    image_id: str
+    nodes: dict[str, str]  # node -> image ID it holds after `docker load`
+    bytes: int
+
+
+class BenchResult(BaseModel):
+    lane: str
+    node: str
+    tag: str
+    score: float
+    baseline: float
+    tolerance: float
+    throughput: dict[str, float]
+    report_path: str
+    build_commit: str
+
+
+def manifest_checksum(root: Path) -> str:
+    """sha256 over (relative path, file sha256) of every file under `root`, in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        digest.update(f"{path.relative_to(root)}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def stage_build_dir(*, build_checkout: Path, jovian: JovianSection, deps_root: Path | None, dest: Path) -> str:
+    """The build context to ship: the build dir (versions.env, profiles/, build.sh, ...) plus the fetched
+    dependency trees under deps/, without any .git links. Returns the manifest checksum."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    ignore = shutil.ignore_patterns(".git")
+    shutil.copytree(build_checkout / jovian.build_dir, dest, ignore=ignore, symlinks=True)
+    if deps_root is not None and deps_root.exists():
+        shutil.copytree(deps_root, dest / "deps", ignore=ignore, symlinks=True)
+    return manifest_checksum(dest)
+
+
+def expected_pins(lock: SourceLock) -> dict[str, str]:
+    """What the engine strings should carry: each package's version (when pinned) or commit."""
+    return {name: pkg.version or pkg.commit for name, pkg in lock.packages.items()}
+
+
+def gate_context(lock: SourceLock) -> dict[str, str]:
+    ctx = {"rev": lock.rev}
+    for name, pkg in lock.packages.items():
+        ctx[f"{name}_commit8"] = pkg.commit[:8]
+        ctx[f"{name}_version"] = re.escape(pkg.version or "")
+    return ctx
+
+
+def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], lock: SourceLock) -> tuple[Finding, dict[str, dict[str, str]]]:
+    """Each boot gate as `docker run --rm TAG python -c CODE` on the node; every gate's output is kept."""
+    ctx = gate_context(lock)
+    outputs: dict[str, dict[str, str]] = {}
+    failed: list[str] = []
+    for gate in gates:
+        result = spark.run(node=node, argv=["docker", "run", "--rm", tag, "python", "-c", gate.code])
+        out = result.stdout.decode(errors="replace").strip()
+        err = result.stderr.decode(errors="replace").strip()
+        outputs[gate.name] = {"exit": str(result.exit_code), "stdout": out[-2000:], "stderr": err[-2000:]}
+        if result.exit_code != 0:
+            failed.append(f"{gate.name}: {result.describe()}: {(err or out).splitlines()[-1] if (err or out) else ''}")
+            continue
+        if gate.expect:
+            pattern = gate.expect.format(**ctx)
+            if not re.search(pattern, out, re.M):
+                failed.append(f"{gate.name}: output {out[-200:]!r} does not match {pattern!r}")
+    if failed:
+        return Finding(passed=False, description=f"{len(failed)} of {len(gates)} boot gates failed on {node}: " + "; ".join(failed)), outputs
+    return Finding(passed=True, description=f"all {len(gates)} boot gates pass on {node}"), outputs
+
+
+def wait_detached(spark: SparkNodes, handle: DetachedHandle, *, timeout_s: float, poll_s: float) -> int:
+    """Poll the build's STATE (pid + exit file) until it exits; return its exit code."""
+    deadline = time.monotonic() + timeout_s
+    delay = min(1.0, poll_s)
+    while True:
+        state = spark.poll(handle=handle)
+        if state.state == "exited":
+            return state.exit_code if state.exit_code is not None else -1
+        if state.state == "vanished":
+            raise NodeBuildFailed(f"the build on {handle.node} (pid {handle.pid}) vanished without an exit code: "
+                                  f"look at {handle.log} on the node")
+        if time.monotonic() > deadline:
+            raise NodeBuildFailed(f"the build on {handle.node} (pid {handle.pid}) is still running after {timeout_s:.0f}s; "
+                                  "it was not killed")
+        time.sleep(delay)
+        delay = min(delay * 2, poll_s)
+
+
+def inspect_image(spark: SparkNodes, *, node: str, tag: str) -> dict:
+    result = spark.run(node=node, argv=["docker", "image", "inspect", tag])
+    if result.exit_code != 0:
+        raise NodeBuildFailed(f"{node}: docker image inspect {tag}: {result.describe()}: {result.stderr.decode(errors='replace').strip()}")
+    (info,) = json.loads(result.stdout)
+    return info
+
+
+# tool-eval-bench's report: `- **Final Score**: **71.6** / 100`.
+_SCORE = re.compile(r"\*\*Final Score\*\*:\s*\*\*([0-9]+(?:\.[0-9]+)?)\*\*")
+# llama-benchy's table: `| model | pp2048 (c1) | 2969.21 ± 20.30 | ...` (the third column is total t/s).
+_TPUT = re.compile(r"(?m)^\|[^|]*\|\s*((?:pp|tg)\d+) \(c(\d+)\)\s*\|\s*([0-9]+(?:\.[0-9]+)?)")
+
+
+def parse_quality(report: str) -> float:
+    """The quality score from a tool-eval-bench report (its `**Final Score**` line)."""
+    hits = _SCORE.findall(report)
+    if not hits:
+        raise NodeBuildFailed("no score line in the bench report: the bench did not finish (or its output pump died)")
+    return float(hits[-1])
+
+
+def parse_throughput(report: str) -> dict[str, float]:
+    """`{test}@c{n}` -> tokens/s from a llama-benchy style table."""
+    return {f"{test}@c{conc}": float(value) for test, conc, value in _TPUT.findall(report)}
