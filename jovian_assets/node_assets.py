@@ -58,14 +58,16 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
     spark = spark_for(config)
     rev, node = context.partition_key, jovian.build_node
     tag = jovian.image_tag.format(rev=rev)
-    remote_dir = f"lockstep-builds/{rev}"
+    # A fresh context dir per attempt; log and lock live beside it, never inside the shipped context.
+    remote_dir = f"lockstep-builds/{rev}/{context.run_id[:8]}"
     started = time.monotonic()
     with git.checkout(url=jovian.build_repo, sha=build_profile.build_commit) as build, tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "context"
         checksum = stage_build_dir(build_checkout=build.path, jovian=jovian, deps_root=Path(dep_trees.root), dest=staged)
-        spark.put_tree(node=node, local_dir=staged, remote_dir=remote_dir)
-    argv = ["flock", ".lockstep-build.lock", "env", f"TAG={tag}", f"PROFILE={rev}", f"BUILD_DIR_CHECKSUM={checksum}", *jovian.build_command]
-    handle = spark.start_detached(node=node, argv=argv, log=f"{remote_dir}/build.log", cwd=remote_dir)
+        spark.put_tree(node=node, local_dir=staged, remote_dir=f"{remote_dir}/context")
+    argv = ["flock", "../../../.build.lock", "env", f"TAG={tag}", f"PROFILE={rev}", f"BUILD_DIR_CHECKSUM={checksum}",
+            *jovian.build_command]
+    handle = spark.start_detached(node=node, argv=argv, log=f"{remote_dir}/build.log", cwd=f"{remote_dir}/context")
     context.log.info(f"build started on {node}: pid {handle.pid}, log {handle.log}")
     code = wait_detached(spark, handle, timeout_s=jovian.build_timeout_s, poll_s=jovian.poll_s)
     tail = spark.tail(handle=handle, lines=40)

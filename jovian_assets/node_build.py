@@ -18,12 +18,13 @@ from pydantic import BaseModel, Field
 
 from resources.errors import LockstepError
 from resources.site import BootGate, JovianSection
-from resources.spark import DetachedHandle, SparkNodes
+from resources.spark import DetachedHandle, SparkError, SparkNodes
 
 from jovian_assets.models import Finding
 from jovian_assets.source_lock import SourceLock
 
 CHECKSUM_LABEL = "lockstep.build_dir_checksum"
+MAX_POLL_MISSES = 5
 
 
 class NodeBuildFailed(LockstepError):
@@ -123,8 +124,19 @@ def wait_detached(spark: SparkNodes, handle: DetachedHandle, *, timeout_s: float
     """Poll the build's STATE (pid + exit file) until it exits; return its exit code."""
     deadline = time.monotonic() + timeout_s
     delay = min(1.0, poll_s)
+    misses = 0
     while True:
-        state = spark.poll(handle=handle)
+        try:
+            state = spark.poll(handle=handle)
+            misses = 0
+        except SparkError as exc:
+            # The node is unreachable for a while; the detached build goes on. Give up only after several polls.
+            misses += 1
+            if misses >= MAX_POLL_MISSES or time.monotonic() > deadline:
+                raise NodeBuildFailed(f"lost {handle.node} for {misses} polls while building (pid {handle.pid}): {exc}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, poll_s)
+            continue
         if state.state == "exited":
             return state.exit_code if state.exit_code is not None else -1
         if state.state == "vanished":

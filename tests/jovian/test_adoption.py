@@ -36,11 +36,13 @@ class Lab:
             self.instance.add_dynamic_partitions("lab_revs", list(request.partition_keys))
         return result
 
-    def adopt(self, rev: str, tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult:
+    def adopt(self, rev: str, tags: dict[str, str] | None = None, *, build: bool = False) -> dg.ExecuteInProcessResult:
+        """adopt_lab_rev's five assets for `rev`; with build=True also build_jovian_rev's three."""
         if not self.instance.has_dynamic_partition("lab_revs", rev):
             self.instance.add_dynamic_partitions("lab_revs", [rev])
-        return dg.materialize(ASSETS, partition_key=rev, resources=self.resources, instance=self.instance,
-                              tags=tags, raise_on_error=False)
+        selection = None if build else dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES)
+        return dg.materialize(ASSETS, selection=selection, partition_key=rev, resources=self.resources,
+                              instance=self.instance, tags=tags, raise_on_error=False)
 
 
 def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:

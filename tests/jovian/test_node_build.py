@@ -18,7 +18,7 @@ EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "
 
 def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
     new_lab_rev(lab.sb.root, "r28")
-    result = lab.adopt("r28")
+    result = lab.adopt("r28", build=True)
     assert result.success, failure_message(result)
     assert done(result) == EVERYTHING
     assert all(e.passed for e in checks(result).values()), {n: e.description for n, e in checks(result).items() if not e.passed}
@@ -40,7 +40,7 @@ def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
 
 def test_profile_that_breaks_an_import_fails_its_gate_and_nothing_is_distributed(lab: Lab) -> None:
     new_lab_rev(lab.sb.root, "r28", break_import=True)
-    result = lab.adopt("r28")
+    result = lab.adopt("r28", build=True)
     assert not result.success
     gates = checks(result)["boot_gates"]
     assert not gates.passed and "flashkda_extension" in (gates.description or "")
@@ -52,7 +52,16 @@ def test_bench_below_baseline_fails_the_quality_gate(lab: Lab) -> None:
     new_lab_rev(lab.sb.root, "r28")
     set_bench_knobs(lab.sb.root / "nodes" / "spark-a", score=60.0)
     head = remote_head(lab.build_repo, BUILD_BRANCH)
-    result = lab.adopt("r28")
+    result = lab.adopt("r28", build=True)
     gate = checks(result)["quality_not_below_baseline"]
     assert not gate.passed and "quality 60" in (gate.description or "") and "regression" in (gate.description or "")
     assert remote_head(lab.build_repo, BUILD_BRANCH) != head  # the report is filed either way: it is evidence
+
+
+def test_rebuilding_a_rev_ships_a_fresh_context(lab: Lab) -> None:
+    """A retry of the same rev must not trip over the first attempt's log in the build context."""
+    new_lab_rev(lab.sb.root, "r28")
+    first = lab.adopt("r28", build=True)
+    again = lab.adopt("r28", build=True)
+    assert first.success and again.success, failure_message(again)
+    assert first.asset_value(IMAGE).image_id == again.asset_value(IMAGE).image_id  # same inputs, same image

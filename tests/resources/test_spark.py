@@ -205,6 +205,20 @@ def test_detached_build_is_polled_until_it_exits_with_its_code(spark: SparkNodes
     assert spark.tail(handle=handle, lines=1) == "step 9/9\n"
 
 
+def test_detached_build_with_relative_log_and_cwd_finds_its_exit_file(spark: SparkNodes) -> None:
+    # The asset's shape: log and cwd relative to the login directory (ssh) or the node root (local);
+    # the build `cd`s into its dir, and its exit file must still land next to the log.
+    rel = f"lockstep-test-{uuid.uuid4().hex[:8]}"
+    try:
+        spark.run(node="n1", argv=["mkdir", "-p", f"{rel}/r28"]).check()
+        handle = spark.start_detached(node="n1", argv=["sh", "-c", "pwd; exit 5"], log=f"{rel}/r28/build.log",
+                                      cwd=f"{rel}/r28")  # fmt: skip
+        assert wait_for_exit(spark, handle) == DetachedState(state="exited", exit_code=5)
+        assert spark.tail(handle=handle).endswith(f"/{rel}/r28\n")
+    finally:
+        spark.run(node="n1", argv=["rm", "-rf", "--", rel])
+
+
 def test_detached_build_killed_without_exit_file_has_vanished(spark: SparkNodes, tmp_path: Path) -> None:
     # State comes from the pid and the exit file: a reaped build prints no last line, and says nothing.
     handle = spark.start_detached(node="n1", argv=["sleep", "60"], log=str(tmp_path / "b.log"))
