@@ -59,7 +59,7 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
     rev, node = context.partition_key, jovian.build_node
     tag = jovian.image_tag.format(rev=rev)
     # A fresh context dir per attempt; log and lock live beside it, never inside the shipped context.
-    remote_dir = f"lockstep-builds/{rev}/{context.run_id[:8]}"
+    remote_dir = f"lockstep-builds/{rev}/{context.run.run_id[:8]}"
     started = time.monotonic()
     with git.checkout(url=jovian.build_repo, sha=build_profile.build_commit) as build, tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "context"
