@@ -1,0 +1,149 @@
+"""`lockstep demo` as a pytest fixture: a sandbox in tmp, `dagster dev` on a free port, stopped by PID.
+
+The demo is started the way a user starts it (`lockstep demo --dir DIR --port N` from the repo root),
+under `env --default-signal=INT,TERM`: a `dagster dev` started from a script that ignores SIGINT/SIGTERM
+(as pytest's runners may) would otherwise ignore them too, and could not be stopped cleanly. It runs in
+its own session, so its process group is exactly what it started (webserver, daemon, code servers);
+at the end the group gets SIGTERM, then SIGKILL for anything still there, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from sandbox.world import Sandbox, up
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 120.0  # dagster dev answers /server_info after ~18-25 s on a quiet machine
+STOP_GRACE_S = 25.0
+
+
+@dataclass
+class Demo:
+    url: str
+    sandbox: Sandbox
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except OSError as exc:
+            return f"(no demo log: {exc})"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def lockstep_command() -> Path:
+    """The `lockstep` console script of the environment running the tests (the project venv)."""
+    script = Path(sys.executable).parent / "lockstep"
+    if not script.exists():
+        pytest.fail(f"no `lockstep` console script next to {sys.executable}: run the tests with `uv run pytest` "
+                    "(or `./dev test`) so the project is installed", pytrace=False)
+    return script
+
+
+def start_demo(tmp: Path) -> Demo:
+    sb = up(tmp / "sandbox")
+    port = free_port()
+    log = tmp / "demo.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["env", "--default-signal=INT,TERM", str(lockstep_command()), "demo",
+             "--dir", str(sb.root), "--port", str(port)],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    demo = Demo(url=f"http://127.0.0.1:{port}", sandbox=sb, proc=proc, log=log)
+    try:
+        wait_ready(demo)
+    except BaseException:
+        stop_demo(demo)
+        raise
+    return demo
+
+
+def wait_ready(demo: Demo) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        if demo.proc.poll() is not None:
+            pytest.fail(f"`lockstep demo` exited with {demo.proc.returncode} before the UI answered; its log:\n"
+                        f"{demo.log_tail()}", pytrace=False)
+        try:
+            if requests.get(f"{demo.url}/server_info", timeout=2).ok:
+                return
+        except requests.RequestException as exc:
+            last = type(exc).__name__
+        time.sleep(0.5)
+    pytest.fail(f"{demo.url}/server_info did not answer within {READY_TIMEOUT_S:.0f} s ({last}); the demo's log:\n"
+                f"{demo.log_tail()}", pytrace=False)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`, read from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_demo(demo: Demo) -> None:
+    """SIGTERM to the demo's process group, wait, then SIGKILL whatever is left in it."""
+    pgid = demo.proc.pid  # start_new_session: the leader's pid is the group id
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        demo.proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(pgid, signal.SIGKILL)
+        demo.proc.wait(timeout=10)
+    # dagster dev can restart a code server while it shuts down: give stragglers a moment, then kill them.
+    deadline = time.monotonic() + 5
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_members(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while _group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    left = _group_members(pgid)
+    assert not left, f"processes of the demo still running after SIGKILL: {left}"
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[Demo]:
+    """`lockstep demo` on a fresh sandbox in tmp, on a free port; stopped (and checked stopped) afterwards."""
+    server = start_demo(tmp_path)
+    try:
+        yield server
+    finally:
+        stop_demo(server)
