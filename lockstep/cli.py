@@ -161,7 +161,6 @@ def rollback() -> None:
 def rollback_plan(must_contain: str, build: str) -> None:
     """Print which build a rollback would move the floating tag to, and why each other one is refused.
     Changes nothing. Exit 0 when there is a target, 1 when there is none."""
-    import dagster as dg
 
     from resources.git import GitRemotes
     from resources.registry import registry_for

@@ -35,7 +35,6 @@ import select
 import shlex
 import signal
 import socket
-import stat
 import subprocess
 import tarfile
 import threading

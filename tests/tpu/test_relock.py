@@ -11,7 +11,6 @@ from pathlib import Path
 
 import dagster as dg
 import git
-import pytest
 
 from resources.uv import UvCli, UvLock
 from sandbox.world import Sandbox, advance_harbor
