@@ -12,6 +12,11 @@ Prints seconds for one destination, for N in parallel, and (unless --no-sequenti
 after another, the ratios, how busy the machine's CPUs were (every process on it, not only ours)
 and how much CPU this Python process used. Asserts only that every destination got every byte
 (the sha256 of what was sent equals the producer's).
+
+Unless --no-openssh, the same fan-out is also timed with nothing of lockstep in it, as a floor for
+this machine: OpenSSH's own client, `ssh src head ... | tee >(ssh dst cat) ...`, alternating 1 and N
+destinations the same way. Where that reference cannot reach the goal either, the limit is the
+machine's cores (every destination adds an encrypt and a decrypt on the same CPUs), not lockstep.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +73,24 @@ def fan_out(spark: SparkNodes, *, size: int, dsts: list[str]) -> Run:
     return Run(seconds, (busy1 - busy0) / max(1, total1 - total0), _python_cpu() - cpu0)
 
 
+def openssh_fan_out(server: object, key: Path, *, size: int, dsts: int) -> float:
+    """Seconds for `ssh src head -c N /dev/zero | tee >(ssh dst 'wc -c') ...` with OpenSSH's client."""
+    ssh = shlex.join([
+        "ssh", "-T", "-x", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={server.known_hosts}", "-i", str(key), "-p", str(server.port),
+        f"{server.user}@127.0.0.1",
+    ])  # fmt: skip
+    sinks = " ".join(f">({ssh} 'wc -c' >&2)" for _ in range(dsts))
+    # bash's `wait` also waits for the process substitutions, so every destination is counted.
+    script = f"{ssh} head -c {size} /dev/zero | tee {sinks} >/dev/null; wait"
+    started = time.perf_counter()
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - started
+    counts = done.stderr.split()
+    assert done.returncode == 0 and counts == [str(size)] * dsts, (done.returncode, done.stderr[-500:])
+    return seconds
+
+
 def median(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
 
@@ -76,6 +101,7 @@ def main() -> None:
     parser.add_argument("--dsts", type=int, default=3, help="destinations of the parallel run (default 3)")
     parser.add_argument("--repeat", type=int, default=3, help="alternating runs of each; medians compared (default 3)")
     parser.add_argument("--no-sequential", action="store_true", help="skip the one-after-another run")
+    parser.add_argument("--no-openssh", action="store_true", help="skip the OpenSSH-only reference")
     args = parser.parse_args()
     size = args.mib * MiB
     names = [f"dst{i}" for i in range(1, args.dsts + 1)]
@@ -101,6 +127,17 @@ def main() -> None:
                 runs = [fan_out(spark, size=size, dsts=[n]) for n in names]
                 seconds = sum(r.seconds for r in runs)
                 seq = Run(seconds, sum(r.cpu_busy * r.seconds for r in runs) / seconds, sum(r.python_cpu_s for r in runs))
+            ref: list[tuple[float, float]] = []
+            if not args.no_openssh:
+                # A key without a passphrase, for this run only: OpenSSH's client cannot read the env var.
+                key = Path(tmp) / "bench_ed25519"
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+                with open(server.root / "authorized_keys", "a") as keys:
+                    keys.write(key.with_suffix(".pub").read_text())
+                openssh_fan_out(server, key, size=8 * MiB, dsts=len(names))  # warm up
+                for _ in range(args.repeat):
+                    ref.append((openssh_fan_out(server, key, size=size, dsts=1),
+                                openssh_fan_out(server, key, size=size, dsts=len(names))))  # fmt: skip
         finally:
             spark.close()
             stop_sshd(server)
@@ -119,6 +156,10 @@ def main() -> None:
           + ", ".join(f"{m.seconds / o.seconds:.2f}" for o, m in zip(ones, manys, strict=True)))
     if seq:
         print(f"ratio time({args.dsts} sequential)/time(1) = {seq.seconds / one.seconds:.2f}")
+    if ref:
+        o, m = sorted(r[0] for r in ref)[len(ref) // 2], sorted(r[1] for r in ref)[len(ref) // 2]
+        print(f"reference, OpenSSH client + tee, no lockstep: 1 dst {o:.2f} s, {args.dsts} dsts {m:.2f} s, "
+              f"ratio {m / o:.2f}; all ratios: " + ", ".join(f"{b / a:.2f}" for a, b in ref))
 
 
 if __name__ == "__main__":
