@@ -11,10 +11,9 @@ import configparser
 from pathlib import Path
 from urllib.parse import urljoin
 
+from jovian_assets.models import DepTree, Finding
 from resources.errors import LockstepError
 from resources.git import SHA_RE, GitRemotes
-
-from jovian_assets.models import DepTree, Finding
 
 GITLINKS_POPULATED = "gitlinks_populated"
 MAX_DEPTH = 4

@@ -6,12 +6,11 @@ newer cut exists.
 
 from __future__ import annotations
 
+from jovian_assets.models import BranchTip, Finding, ForkCut, PackageCut
+from jovian_assets.source_lock import LockedPackage
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
-
-from jovian_assets.models import BranchTip, Finding, ForkCut, PackageCut
-from jovian_assets.source_lock import LockedPackage
 
 TREES_MATCH = "trees_match"
 PINS_REACHABLE = "pins_reachable"

@@ -16,12 +16,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from jovian_assets.models import Finding
+from jovian_assets.source_lock import SourceLock
 from resources.errors import LockstepError
 from resources.site import BootGate, JovianSection
 from resources.spark import DetachedHandle, SparkError, SparkNodes
-
-from jovian_assets.models import Finding
-from jovian_assets.source_lock import SourceLock
 
 CHECKSUM_LABEL = "lockstep.build_dir_checksum"
 MAX_POLL_MISSES = 5

@@ -11,10 +11,9 @@ import re
 import tomllib
 from typing import Any
 
-from resources.errors import FileFormatError
-
 from jovian_assets.models import Finding, ProfileDiff
 from jovian_assets.source_lock import SourceLock
+from resources.errors import FileFormatError
 
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 

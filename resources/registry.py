@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fnmatch
 import fcntl
+import fnmatch
 import hashlib
 import io
 import ipaddress

@@ -5,7 +5,13 @@ from __future__ import annotations
 from resources.registry import FileRead, Registry
 from resources.site import TpuSection
 from tpu_assets.models import BuiltImage, Finding
-from tpu_assets.verify import InstalledDist, installed_matches_lock, layers_pullable, parse_installed, run_probe
+from tpu_assets.verify import (
+    InstalledDist,
+    installed_matches_lock,
+    layers_pullable,
+    parse_installed,
+    run_probe,
+)
 
 CHECK_INSTALLED = "installed_harbor_matches_lock"
 CHECK_PROBES = "file_probes"
