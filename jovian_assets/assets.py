@@ -4,13 +4,22 @@ import dagster as dg
 
 from jovian_assets import dep_table as dt
 from jovian_assets.dep_trees import GITLINKS_POPULATED, fetch_dep, gitlinks_populated
-from jovian_assets.fork_cut import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH, audit_package, findings, spread_minutes
+from jovian_assets.fork_cut import (
+    NEWER_CUT,
+    ONE_CUT,
+    PINS_REACHABLE,
+    TREES_MATCH,
+    audit_package,
+    findings,
+    spread_minutes,
+)
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, ForkCut
 from jovian_assets.partitions import lab_revs
 from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement, render_profile
 from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
 from resources.errors import LockstepError
 from resources.git import GitRemotes, glob_match
+from resources.links import commit_entries
 from resources.secrets import redact
 from resources.site import JovianSection, SiteResource
 
@@ -70,7 +79,7 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
     lock = adopted.lock
     return dg.Output(adopted, metadata={
         "rev": dg.MetadataValue.text(adopted.rev),
-        "lab_commit": dg.MetadataValue.text(lab_commit),
+        **commit_entries(site.config().links, "lab_commit", jovian.lab_repo, lab_commit),
         "lock": dg.MetadataValue.text(f"{adopted.path} (blob {adopted.blob[:12]})"),
         "release": dg.MetadataValue.text(lock.release_name or ""),
         "packages": _table([{"package": p.name, "repository": p.repository, "commit": p.commit, "tree": p.tree,
@@ -170,7 +179,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
         "outcome": dg.MetadataValue.text(outcome),
         "profile": dg.MetadataValue.md(f"`{rel}`\n\n```\n{text}```"),
         "diff_vs_versions_env": _table([d.model_dump() for d in diff], ["key", "base", "profile"]),
-        "build_commit": dg.MetadataValue.text(commit),
+        **commit_entries(site.config().links, "build_commit", jovian.build_repo, commit),
     })
     yield _check(BUILD_PROFILE, PROFILE_KEYS_KNOWN, Finding(
         passed=not unknown, description="; ".join(f"{jovian.build_dir}/versions.env: {u}" for u in unknown)

@@ -11,11 +11,22 @@ import dagster as dg
 from jovian_assets.assets import DEP_TREES, _check, _jovian, _table
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
 from jovian_assets.node_build import (
-    CHECKSUM_LABEL, BenchResult, Distribution, NodeBuildFailed, NodeImage, expected_pins, inspect_image,
-    parse_quality, parse_throughput, run_gates, stage_build_dir, wait_detached,
+    CHECKSUM_LABEL,
+    BenchResult,
+    Distribution,
+    NodeBuildFailed,
+    NodeImage,
+    expected_pins,
+    inspect_image,
+    parse_quality,
+    parse_throughput,
+    run_gates,
+    stage_build_dir,
+    wait_detached,
 )
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
+from resources.links import commit_entries
 from resources.site import SiteResource
 from resources.spark import spark_for
 
@@ -180,7 +191,7 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
         "baseline": dg.MetadataValue.float(lane.baseline_score),
         "report": dg.MetadataValue.text(rel),
         "throughput": _table([{"test": k, "tokens_per_s": v} for k, v in throughput.items()], ["test", "tokens_per_s"]),
-        "build_commit": dg.MetadataValue.text(commit),
+        **commit_entries(config.links, "build_commit", jovian.build_repo, commit),
     })
     floor = lane.baseline_score - lane.tolerance
     yield _check(BENCH, QUALITY_GATE, Finding(

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import re
+import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
+from dagster._core.definitions.utils import is_valid_owner
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from resources.errors import FileFormatError, LockstepError
@@ -40,6 +43,14 @@ class _Table(BaseModel):
         return value
 
 
+def _check_owners(value: list[str] | None) -> list[str] | None:
+    # Dagster's own rule, so a bad owner fails here with file:line rather than at definitions load.
+    for owner in value or []:
+        if not is_valid_owner(owner):
+            raise ValueError(f"owner {owner!r} must be an email address or 'team:<name>'")
+    return value
+
+
 class SiteSection(_Table):
     """``[site]``: who this site is and who owns what lockstep makes."""
 
@@ -48,7 +59,14 @@ class SiteSection(_Table):
         default="lockstep <lockstep@localhost>",
         description="Author of the commits lockstep pushes (re-locks, profiles).",
     )
-    owners: list[str] = Field(default_factory=list)
+    owners: list[str] = Field(
+        default_factory=list, description="Owners of every asset: emails or 'team:<name>' (as Dagster requires)."
+    )
+
+    @field_validator("owners")
+    @classmethod
+    def _owners(cls, value: list[str]) -> list[str]:
+        return _check_owners(value)
 
     @field_validator("commit_author")
     @classmethod
@@ -144,6 +162,12 @@ class TpuSection(_Table):
         default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
     )
     auto_promote: bool = Field(default=False, description="Promote each newly verified build (never while on hold).")
+    owners: list[str] | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
+
+    @field_validator("owners")
+    @classmethod
+    def _owners(cls, value: list[str] | None) -> list[str] | None:
+        return _check_owners(value)
 
     @field_validator("harbor_branch", "consumer_branch")
     @classmethod
@@ -187,6 +211,12 @@ class JovianSection(_Table):
     poll_s: float = Field(default=30.0, gt=0)
     boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
     lane: LaneSection | None = None
+    owners: list[str] | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
+
+    @field_validator("owners")
+    @classmethod
+    def _owners(cls, value: list[str] | None) -> list[str] | None:
+        return _check_owners(value)
 
     @field_validator("lab_branch", "build_branch")
     @classmethod
@@ -261,6 +291,45 @@ class LaneSection(_Table):
     bench_timeout_s: float = Field(default=7200.0, gt=0)
 
 
+def _placeholders(template: str, allowed: set[str]) -> str:
+    try:
+        names = {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+    except ValueError as exc:
+        raise ValueError(f"is not a valid template: {exc}") from None
+    if unknown := names - allowed:
+        raise ValueError(
+            f"uses {', '.join('{' + n + '}' for n in sorted(unknown))}; "
+            f"allowed: {', '.join('{' + n + '}' for n in sorted(allowed))}"
+        )
+    return template
+
+
+class CommitLink(_Table):
+    """``[[links.commit]]``: commits of remotes whose URL starts with `remote` link to `url`."""
+
+    remote: str = Field(description="A URL prefix, e.g. 'https://github.com/' or 'git@github.com:'.")
+    url: str = Field(description="{path}: the remote URL after the prefix, without '.git'; {sha}: the commit.")
+
+    @field_validator("url")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        return _placeholders(value, {"path", "sha"})
+
+
+class LinksSection(_Table):
+    """``[links]``: web pages for what lockstep records, so the UI's digests and commits are links."""
+
+    image: str | None = Field(
+        default=None, description="{registry}, {repository}, {digest}: e.g. a Harbor or GHCR package page."
+    )
+    commit: list[CommitLink] = Field(default_factory=list)
+
+    @field_validator("image")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return None if value is None else _placeholders(value, {"registry", "repository", "digest"})
+
+
 class SiteConfig(_Table):
     """The whole site file. Unknown keys are errors: a key in the wrong table must not be ignored."""
 
@@ -270,6 +339,7 @@ class SiteConfig(_Table):
     iris: IrisSection | None = None
     jovian: JovianSection | None = None
     spark: SparkSection | None = None
+    links: LinksSection = Field(default_factory=LinksSection)
     _path: Path = PrivateAttr(default=Path("site.toml"))
 
     @property
@@ -282,6 +352,12 @@ class SiteConfig(_Table):
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self._path.parent / p).resolve()
 
+    def owners(self, location: Literal["tpu", "jovian"]) -> list[str]:
+        """The owners of a code location's assets: its own table's, else [site] owners."""
+        section = self.tpu if location == "tpu" else self.jovian
+        own = section.owners if section is not None else None
+        return list(own if own is not None else self.site.owners)
+
     def secret_env_names(self) -> list[str]:
         """Every environment variable the site names as holding a secret."""
         names: list[str] = []
@@ -292,12 +368,22 @@ class SiteConfig(_Table):
         return names
 
 
+def _table_name(table: tuple[str, ...]) -> str:
+    """`("spark", "nodes", "1")` -> `[[spark.nodes]] #2`, as a person finds it in the file."""
+    if table and table[-1].isdigit():
+        return f"[[{'.'.join(p for p in table[:-1] if not p.isdigit())}]] #{int(table[-1]) + 1}"
+    return f"[{'.'.join(p for p in table if not p.isdigit())}]"
+
+
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     err = exc.errors()[0]
-    loc = tuple(str(p) for p in err["loc"])
+    raw = list(err["loc"])
+    while len(raw) > 1 and isinstance(raw[-1], int):  # an item of a value list: point at the list's key
+        raw.pop()
+    loc = tuple(str(p) for p in raw)
     table, key = loc[:-1], loc[-1] if loc else None
     line = key_line(text, table, key)
-    dotted = f"[{'.'.join(table)}] {key}" if table else str(key)
+    dotted = f"{_table_name(table)} {key}" if table else str(key)
     if err["type"] == "extra_forbidden":
         hint = " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
         if key and _SECRETISH.search(key):
@@ -330,6 +416,26 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
         raise _explain(exc, site_path, text) from None
     config._path = site_path.resolve()
     return config
+
+
+def location_owners(location: Literal["tpu", "jovian"]) -> list[str]:
+    """Owners for a code location's definitions, read when the location loads.
+
+    No site file yet (a fresh checkout before `lockstep sandbox up`): no owners, and the runs say what
+    is missing when they need the site. A site file that is there but wrong fails the load, naming
+    file and line, so a typo cannot quietly drop the owners from every asset.
+    """
+    explicit = os.environ.get(SITE_ENV)
+    if not explicit and not DEFAULT_SITE.exists():
+        return []
+    return load_site(explicit or None).owners(location)
+
+
+def with_owners(assets: Sequence[dg.AssetsDefinition], owners: Sequence[str]) -> list[dg.AssetsDefinition]:
+    """`assets` with `owners` on every spec (unchanged when there are none)."""
+    if not owners:
+        return list(assets)
+    return list(dg.map_asset_specs(lambda spec: spec.replace_attributes(owners=list(owners)), assets))
 
 
 class SiteResource(dg.ConfigurableResource):

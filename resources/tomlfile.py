@@ -39,14 +39,22 @@ def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
 def key_line(text: str, table: tuple[str, ...], key: str | None = None) -> int | None:
     """1-based line of `key` inside `[table]`; failing that, of the `[table]` header; else None.
 
-    Keys before the first header are top-level (``table == ()``). Dotted keys are matched on their
-    first part, which is what a person would look for.
+    Keys before the first header are top-level (``table == ()``). A digit part of `table` is an
+    index into an array of tables (``("spark", "nodes", "1")`` is the second ``[[spark.nodes]]``),
+    as in pydantic's error locations. Dotted keys are matched on their first part, which is what a
+    person would look for.
     """
     current: tuple[str, ...] = ()
     header_line: int | None = None
+    arrays: dict[tuple[str, ...], int] = {}  # array-of-tables path -> entries seen so far
     for number, line in enumerate(text.splitlines(), start=1):
         if m := _HEADER.match(line):
-            current = tuple(_norm(p) for p in m.group(1).split("."))
+            parts = [_norm(p) for p in m.group(1).split(".")]
+            is_array = line.lstrip().startswith("[[")
+            if is_array:
+                bare = tuple(parts)
+                arrays[bare] = arrays.get(bare, 0) + 1
+            current = _indexed(parts, arrays, defining_array=is_array)
             if current == table and header_line is None:
                 header_line = number
             continue
@@ -54,3 +62,14 @@ def key_line(text: str, table: tuple[str, ...], key: str | None = None) -> int |
             if _norm(m.group(1).split(".")[0]) == key:
                 return number
     return header_line
+
+
+def _indexed(parts: list[str], arrays: dict[tuple[str, ...], int], *, defining_array: bool) -> tuple[str, ...]:
+    """A header's path with the index of the current entry after every array-of-tables prefix."""
+    out: list[str] = []
+    for i in range(len(parts)):
+        out.append(parts[i])
+        prefix = tuple(parts[: i + 1])
+        if prefix in arrays and (i < len(parts) - 1 or defining_array):
+            out.append(str(arrays[prefix] - 1))
+    return tuple(out)

@@ -186,7 +186,8 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
         _create_consumer(sb, harbor_sha)
     jovian_up(sb)
     if not sb.site_file.exists():
-        data = site_config(sb, registry).model_dump(mode="json", exclude_none=True)
+        # The sandbox's repos have no web pages: no [links] table (a person adds one for a real site).
+        data = site_config(sb, registry).model_dump(mode="json", exclude_none=True, exclude={"links"})
         sb.site_file.write_text(
             "# lockstep site file for the embedded sandbox (written by `lockstep sandbox up`).\n"
             + tomli_w.dumps(data),

@@ -7,6 +7,7 @@ import dagster as dg
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.links import commit_entries
 from resources.secrets import redact
 from resources.site import SiteResource
 
@@ -50,7 +51,7 @@ def build_harbor_branch_sensor(
         if tip == context.cursor:
             return dg.SensorResult(skip_reason=f"{where} still at {tip}")
 
-        metadata: dict[str, dg.MetadataValue] = {"commit": dg.MetadataValue.text(tip)}
+        metadata = commit_entries(site.config().links, "commit", tpu.harbor_repo, tip)
         try:
             info = git.commit_info(url=tpu.harbor_repo, sha=tip)
             metadata |= {

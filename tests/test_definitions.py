@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -72,3 +73,41 @@ def test_workspace_validates_and_cli_materialize_relocks_once(sb: Sandbox, tmp_p
          for n in ("lock_and_dockerfile_agree", "harbor_version_moved", "uv_lock_check")]
     )
     assert len(evaluations) == 3 and all(e.status.value == "SUCCEEDED" for e in evaluations.values())
+
+
+OWNERS_OF_EVERY_ASSET = """
+import json
+from jovian_assets.definitions import defs as j
+from tpu_assets.definitions import defs as t
+print(json.dumps({k.to_user_string(): d.get_repository_def().asset_graph.get(k).owners
+                  for d in (t, j) for k in d.get_repository_def().asset_graph.get_all_asset_keys()}))
+"""
+
+
+def load_locations(site: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Import both definitions modules in a fresh process, as `dagster dev` would, with LOCKSTEP_SITE set."""
+    return subprocess.run([sys.executable, "-c", OWNERS_OF_EVERY_ASSET], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "LOCKSTEP_SITE": str(site), "PYTHONPATH": str(ROOT)}, timeout=120)
+
+
+def test_owners_come_from_the_site_file_when_the_locations_load(sb: Sandbox, tmp_path: Path) -> None:
+    text = sb.site_file.read_text()
+    assert '"team:ml-infra"' in text
+    sb.site_file.write_text(text.replace("[jovian]\n", '[jovian]\nowners = ["serving-oncall@example.com"]\n', 1))
+    loaded = load_locations(sb.site_file, tmp_path)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    owners = json.loads(loaded.stdout)
+    assert len(owners) == 14
+    assert {k: v for k, v in owners.items() if k.startswith("tpu/")} == {
+        k: ["team:ml-infra"] for k in owners if k.startswith("tpu/")}
+    assert {k: v for k, v in owners.items() if k.startswith("jovian/")} == {
+        k: ["serving-oncall@example.com"] for k in owners if k.startswith("jovian/")}
+
+
+def test_a_broken_site_file_fails_the_location_load_naming_file_and_line(sb: Sandbox, tmp_path: Path) -> None:
+    text = sb.site_file.read_text()
+    sb.site_file.write_text(text.replace('"team:ml-infra"', '"ML infra"', 1))
+    line = sb.site_file.read_text().splitlines().index("owners = [") + 1
+    loaded = load_locations(sb.site_file, tmp_path)
+    assert loaded.returncode != 0
+    assert f"{sb.site_file}:{line}: [site] owners: owner 'ML infra' must be an email address" in loaded.stderr

@@ -1,16 +1,31 @@
 """The `tpu` code location: the TPU runtime image graph (runbook 000_42bc23b59d697b5b)."""
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from resources.git import GitRemotes
-from resources.site import SiteResource
+from resources.site import SiteResource, location_owners, with_owners
 from resources.uv import UvCli
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
 from tpu_assets.image import image, smoke, verified_image
-from tpu_assets.lock import HARBOR_HEAD, harbor_head, harbor_lock, harbor_version_moved, lock_and_dockerfile_agree, uv_lock_check
+from tpu_assets.lock import (
+    HARBOR_HEAD,
+    harbor_head,
+    harbor_lock,
+    harbor_version_moved,
+    lock_and_dockerfile_agree,
+    uv_lock_check,
+)
 from tpu_assets.partitions import tpu_builds
-from tpu_assets.promotion import floating_tag, floating_tag_bakes_locked_harbor, promote_tpu, release_tpu_hold, rollback_tpu
+from tpu_assets.promotion import (
+    floating_tag,
+    floating_tag_bakes_locked_harbor,
+    promote_tpu,
+    release_tpu_hold,
+    rollback_tpu,
+)
 
 relock_harbor = dg.define_asset_job(
     "relock_harbor",
@@ -23,14 +38,27 @@ build_tpu = dg.define_asset_job(
     description="Build :tpu-<gitsha> on iris, verify the installed files, smoke it, record it as verified.",
 )
 
-defs = dg.Definitions(
-    assets=[harbor_head, harbor_lock, image, smoke, verified_image, floating_tag],
-    asset_checks=[lock_and_dockerfile_agree, harbor_version_moved, uv_lock_check, floating_tag_bakes_locked_harbor],
-    jobs=[relock_harbor, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
-    sensors=[
-        build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD),
-        build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
-        build_auto_promote_sensor(job_name=promote_tpu.name),
-    ],
-    resources={"site": SiteResource(), "git": GitRemotes(), "uv": UvCli()},
-)
+
+def build_defs(owners: Sequence[str] = ()) -> dg.Definitions:
+    """The location's definitions; `owners` (from the site file) go on every asset."""
+    return dg.Definitions(
+        assets=with_owners(
+            [harbor_head, harbor_lock, image, smoke, verified_image, floating_tag], owners
+        ),
+        asset_checks=[
+            lock_and_dockerfile_agree,
+            harbor_version_moved,
+            uv_lock_check,
+            floating_tag_bakes_locked_harbor,
+        ],
+        jobs=[relock_harbor, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
+        sensors=[
+            build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD),
+            build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
+            build_auto_promote_sensor(job_name=promote_tpu.name),
+        ],
+        resources={"site": SiteResource(), "git": GitRemotes(), "uv": UvCli()},
+    )
+
+
+defs = build_defs(location_owners("tpu"))

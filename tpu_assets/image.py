@@ -6,6 +6,7 @@ import dagster as dg
 
 from resources.git import GitRemotes
 from resources.iris import JobSpec, JobState
+from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, registry_for
 from resources.site import SiteResource
 from tpu_assets.build import BuildFailed, build_image, gitsha_of, iris_for
@@ -71,14 +72,14 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
         data_version=dg.DataVersion(built.digest),
         metadata={
             "image": dg.MetadataValue.text(built.ref),
-            "digest": dg.MetadataValue.text(built.digest),
+            **digest_entries(config.links, "digest", config.tpu.image, built.digest),
             "job_id": dg.MetadataValue.text(built.job_id or "(reused existing pinned tag)"),
             "job_state": dg.MetadataValue.text(built.job_state),
             "job_command": dg.MetadataValue.text(built.job_command or "-"),
             "duration_s": dg.MetadataValue.float(built.duration_s),
             "layers": dg.MetadataValue.int(built.layers),
             "largest_layer_bytes": dg.MetadataValue.int(built.largest_layer_bytes),
-            "harbor_commit_locked": dg.MetadataValue.text(built.lock_pin.commit),
+            **commit_entries(config.links, "harbor_commit_locked", config.tpu.harbor_repo, built.lock_pin.commit),
             "harbor_commit_dockerfile": dg.MetadataValue.text(built.dockerfile_commit),
         },
     )
@@ -165,11 +166,11 @@ def verified_image(context: dg.AssetExecutionContext, site: SiteResource, image:
         verified,
         data_version=dg.DataVersion(image.digest),
         metadata={
-            "digest": dg.MetadataValue.text(image.digest),
+            **digest_entries(config.links, "digest", tpu.image, image.digest),
             "image": dg.MetadataValue.text(image.ref),
-            "harbor_commit": dg.MetadataValue.text(image.lock_pin.commit),
+            **commit_entries(config.links, "harbor_commit", tpu.harbor_repo, image.lock_pin.commit),
             "harbor_version": dg.MetadataValue.text(image.lock_pin.version or ""),
-            "consumer_commit": dg.MetadataValue.text(image.consumer_commit),
+            **commit_entries(config.links, "consumer_commit", tpu.consumer_repo, image.consumer_commit),
             "gitsha": dg.MetadataValue.text(gitsha_of(image.consumer_commit)),
             "provenance": dg.MetadataValue.json(provenance),
             "verification": dg.MetadataValue.md("\n".join(f"- **{n}**: {f.description}" for n, f in findings.items())

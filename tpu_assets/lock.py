@@ -3,7 +3,8 @@
 import dagster as dg
 
 from resources.git import GitRemotes
-from resources.site import SiteResource
+from resources.links import commit_entries
+from resources.site import SiteConfig, SiteResource
 from resources.uv import UvCli
 from tpu_assets.lock_checks import pins_agree, version_moved
 from tpu_assets.models import Finding, HarborLock
@@ -25,7 +26,7 @@ harbor_head = dg.AssetSpec(
 )
 
 
-def _metadata(lock: HarborLock) -> dict[str, dg.MetadataValue]:
+def _metadata(lock: HarborLock, site: SiteConfig) -> dict[str, dg.MetadataValue]:
     b, a = lock.before, lock.after
     if lock.pushed:
         outcome = f"Pushed **{lock.consumer_commit[:8]}** to `{lock.consumer_branch}` (was {lock.consumer_base[:8]})."
@@ -36,8 +37,8 @@ def _metadata(lock: HarborLock) -> dict[str, dg.MetadataValue]:
     meta: dict[str, dg.MetadataValue] = {
         "outcome": dg.MetadataValue.md(outcome),
         "harbor_version": dg.MetadataValue.text(f"{b.version} -> {a.version}"),
-        "harbor_commit": dg.MetadataValue.text(f"{b.commit} -> {a.commit}"),
-        "consumer_commit": dg.MetadataValue.text(lock.consumer_commit),
+        **commit_entries(site.links, "harbor_commit", site.tpu.harbor_repo, a.commit, text=f"{b.commit} -> {a.commit}"),
+        **commit_entries(site.links, "consumer_commit", site.tpu.consumer_repo, lock.consumer_commit),
         "pushed": dg.MetadataValue.bool(lock.pushed),
         "dockerfile_pin": dg.MetadataValue.text(f"{lock.dockerfile}:{lock.dockerfile_line}"),
     }
@@ -67,7 +68,7 @@ def harbor_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
     if not context.instance.has_dynamic_partition(tpu_builds.name, lock.consumer_commit):
         context.instance.add_dynamic_partitions(tpu_builds.name, [lock.consumer_commit])
     context.log.info(f"harbor {lock.after.version} @ {lock.after.commit[:8]}; consumer {lock.consumer_commit[:8]} (pushed={lock.pushed})")
-    return dg.Output(lock, data_version=dg.DataVersion(lock.consumer_commit), metadata=_metadata(lock))
+    return dg.Output(lock, data_version=dg.DataVersion(lock.consumer_commit), metadata=_metadata(lock, config))
 
 
 def _result(finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:

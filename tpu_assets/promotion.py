@@ -13,6 +13,7 @@ from pydantic import Field
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry, registry_for
 from resources.site import SiteConfig, SiteResource
 from resources.uv import UvLock
@@ -113,9 +114,9 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         data_version=dg.DataVersion(move.to_digest or "none"),
         metadata={
             "action": dg.MetadataValue.text(move.action),
-            "from_digest": dg.MetadataValue.text(move.from_digest or ""),
-            "to_digest": dg.MetadataValue.text(move.to_digest or ""),
-            "build": dg.MetadataValue.text(move.build or ""),
+            **digest_entries(cfg.links, "from_digest", cfg.tpu.image, move.from_digest or ""),
+            **digest_entries(cfg.links, "to_digest", cfg.tpu.image, move.to_digest or ""),
+            **commit_entries(cfg.links, "build", cfg.tpu.consumer_repo, move.build or ""),
             "hold": dg.MetadataValue.bool(move.hold),
             "note": dg.MetadataValue.text(config.note),
             "must_contain": dg.MetadataValue.text(config.must_contain),

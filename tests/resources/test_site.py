@@ -86,3 +86,71 @@ def test_site_path_comes_from_env_and_a_missing_file_says_what_to_do(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LockstepError, match=r"\.sandbox/site\.toml: no site file here \(run `lockstep sandbox up`"):
         load_site()
+
+
+def test_owners_per_location_fall_back_to_the_site_owners(tmp_path: Path) -> None:
+    text = GOOD.replace('name = "test"\n', 'name = "test"\nowners = ["team:ml-infra"]\n')
+    site = load_site(write(tmp_path, text))
+    assert site.owners("tpu") == ["team:ml-infra"] and site.owners("jovian") == ["team:ml-infra"]
+    site = load_site(write(tmp_path, text + 'owners = ["tpu-oncall@example.com"]\n'))
+    assert site.owners("tpu") == ["tpu-oncall@example.com"] and site.owners("jovian") == ["team:ml-infra"]
+
+
+def test_an_owner_dagster_would_reject_names_line_and_value(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace('name = "test"\n', 'name = "test"\nowners = ["team:ok", "ml infra"]\n'))
+    assert err.line == 3
+    assert "[site] owners: owner 'ml infra' must be an email address or 'team:<name>'" in str(err)
+
+
+def test_an_entry_of_an_array_of_tables_is_named_by_its_position_and_line(tmp_path: Path) -> None:
+    text = GOOD + '\n[[spark.nodes]]\nname = "a"\nhost = "h"\n\n[[spark.nodes]]\nname = "b"\nport = 0\n'
+    err = error_for(tmp_path, text)
+    assert err.line == text.splitlines().index("port = 0") + 1
+    assert "[[spark.nodes]] #2 port:" in str(err) and "(got 0)" in str(err)
+
+
+LINKS = """
+[links]
+image = "https://registry.example/harbor/projects/{repository}/artifacts/{digest}"
+
+[[links.commit]]
+remote = "https://github.com/"
+url = "https://github.com/{path}/commit/{sha}"
+
+[[links.commit]]
+remote = "git@github.com:"
+url = "https://github.com/{path}/commit/{sha}"
+"""
+
+
+def test_links_give_commit_and_digest_pages_without_credentials(tmp_path: Path) -> None:
+    from resources.links import commit_url, image_url
+
+    links = load_site(write(tmp_path, GOOD + LINKS)).links
+    sha = "a" * 40
+    assert commit_url(links, "https://github.com/marin-community/harbor.git", sha) == (
+        f"https://github.com/marin-community/harbor/commit/{sha}"
+    )
+    assert commit_url(links, "git@github.com:org/vllm.git", sha) == f"https://github.com/org/vllm/commit/{sha}"
+    # Credentials in the remote neither stop the match nor reach the link.
+    url = commit_url(links, "https://penfever:ghp_S3cretTokenValue@github.com/marin-community/harbor.git", sha)
+    assert url == f"https://github.com/marin-community/harbor/commit/{sha}"
+    assert commit_url(links, "file:///srv/git/harbor.git", sha) is None
+    assert image_url(links, "ghcr.io/open-thoughts/openthoughts-agent", "sha256:" + "b" * 64) == (
+        "https://registry.example/harbor/projects/open-thoughts/openthoughts-agent/artifacts/sha256:" + "b" * 64
+    )
+
+
+def test_a_link_template_with_an_unknown_placeholder_names_line_and_allowed_ones(tmp_path: Path) -> None:
+    text = GOOD + LINKS.replace("commit/{sha}\"\n\n[[links.commit]]\nremote = \"git@", "commit/{commit}\"\n\n[[links.commit]]\nremote = \"git@")
+    err = error_for(tmp_path, text)
+    assert err.line == text.splitlines().index('url = "https://github.com/{path}/commit/{commit}"') + 1
+    assert "[[links.commit]] #1 url: uses {commit}; allowed: {path}, {sha}" in str(err)
+
+
+def test_links_image_key_after_an_array_header_lands_in_the_array_and_is_an_error(tmp_path: Path) -> None:
+    # The TOML trap: a key written after [[links.commit]] belongs to that entry, not to [links].
+    text = GOOD + '\n[[links.commit]]\nremote = "https://github.com/"\nurl = "https://github.com/{path}/commit/{sha}"\nimage = "https://x/{digest}"\n'
+    err = error_for(tmp_path, text)
+    assert err.line == len(text.splitlines())
+    assert "[[links.commit]] #1 image: unknown key" in str(err) and "right [table]" in str(err)

@@ -228,3 +228,18 @@ def test_sensor_skip_reason_never_shows_credentials(sb: Sandbox, resources: dict
     reason = tick.skip_reason.skip_message  # type: ignore[union-attr]
     assert "cannot reach" in reason or "cannot read" in reason
     assert secret not in reason and "***@127.0.0.1" in reason
+
+
+def test_commits_link_to_their_web_pages_when_the_site_names_them(sb: Sandbox, resources: dict[str, object]) -> None:
+    repos = sb.url(sb.consumer).rsplit("/", 1)[0] + "/"
+    sb.site_file.write_text(sb.site_file.read_text() + f'\n[[links.commit]]\nremote = "{repos}"\n'
+                            'url = "https://git.example/{path}/-/commit/{sha}"\n')  # fmt: skip
+    new_sha = advance_harbor(sb.root)
+    result = relock(resources)
+    assert result.success
+    meta = metadata(result)
+    head = remote_head(sb.consumer)
+    assert meta["consumer_commit"] == head
+    assert meta["consumer_commit_url"] == f"https://git.example/openthoughts-agent/-/commit/{head}"
+    assert meta["harbor_commit"].endswith(f" -> {new_sha}")  # type: ignore[union-attr]
+    assert meta["harbor_commit_url"] == f"https://git.example/harbor/-/commit/{new_sha}"

@@ -36,7 +36,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from jovian_assets.definitions import defs as jovian_defs
 from resources.registry import ImageRef, registry_for
+from resources.secrets import redact
 from resources.site import load_site
+from sandbox.jovian_world import JovianRepos
 from sandbox.world import CONSUMER_BRANCH, advance_harbor
 from tests.ui.dagster_dev import ROOT, Demo, demo  # noqa: F401  (`demo` is the fixture)
 from tpu_assets.definitions import defs as tpu_defs
@@ -390,4 +392,19 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
         page.wait_for_timeout(500)
         page.screenshot(path=str(DOCS / "asset-graph.png"), clip=graph_extent(page))
         print(f"[ui] :tpu -> {to_digest} (registry agrees); screenshots in {DOCS}; "
-              f"{time.monotonic() - started:.0f} s in the browser")
+              f"at {time.monotonic() - started:.0f} s")
+
+        # 7. A sensor tick that found nothing says why: lab_rev_sensor (running all along, every 30 s) shows
+        # its skip reason, naming the remote and the sha it saw, on the latest tick's "0 runs requested".
+        jovian = site.jovian
+        assert jovian is not None
+        tip = git.Repo(JovianRepos(repos=sb.repos).lab).commit(jovian.lab_branch).hexsha
+        reason = f"{jovian.lab_branch} on {redact(jovian.lab_repo)} still at {tip}"
+        page.set_viewport_size(VIEWPORT)
+        page.goto(demo.url + "/automation")
+        page.get_by_role("link").filter(has_text=re.compile(r"^lab_rev_sensor")).click()
+        page.get_by_text("Latest tick", exact=True).wait_for()
+        latest = page.get_by_role("row").filter(has_text="Latest tick").get_by_text("0 runs requested", exact=True)
+        latest.hover()
+        expect(page.get_by_text(reason, exact=True).first).to_be_visible(timeout=10_000)
+        print(f"[ui] lab_rev_sensor's skip reason shown: {reason!r}; {time.monotonic() - started:.0f} s in the browser")
