@@ -12,39 +12,54 @@ from jovian_assets.assets import (
     fork_cut,
     source_lock,
 )
-from jovian_assets.node_assets import bench_report, distributed_image, image
+from jovian_assets.node_assets import (
+    BENCH,
+    DISTRIBUTED,
+    IMAGE,
+    bench_report,
+    build_image_asset,
+    distributed_image,
+    node_pool,
+)
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
-from resources.site import SiteResource, location_owners, with_owners
+from resources.site import SiteResource, location_owners, site_at_load, with_owners
 from sensors.lab_revs import build_lab_rev_sensor
+
+# Non-idempotent: a retry would restart an hours-long build and file a second bench report.
+NO_RETRIES = {"dagster/max_retries": "0"}
 
 build_jovian_rev = dg.define_asset_job(
     "build_jovian_rev",
-    selection=dg.AssetSelection.assets(image, distributed_image, bench_report),
+    selection=dg.AssetSelection.assets(IMAGE, DISTRIBUTED, BENCH),
+    tags=NO_RETRIES,
     description="Build an adopted rev on the build node, gate it, distribute it to the lane, bench it and file the report.",
 )
 
 
-def build_defs(owners: Sequence[str] = ()) -> dg.Definitions:
-    """The location's definitions; `owners` (from the site file) go on every asset."""
+def build_defs(owners: Sequence[str] = (), build_node: str | None = None) -> dg.Definitions:
+    """The location's definitions; `owners` go on every asset, and `jovian/image` is in `build_node`'s pool."""
+    image = build_image_asset(pool=node_pool(build_node or "build"))
+    assets = [
+        source_lock,
+        fork_cut,
+        build_profile,
+        dep_table,
+        dep_trees,
+        image,
+        distributed_image,
+        bench_report,
+    ]
     return dg.Definitions(
-        assets=with_owners(
-            [
-                source_lock,
-                fork_cut,
-                build_profile,
-                dep_table,
-                dep_trees,
-                image,
-                distributed_image,
-                bench_report,
-            ],
-            owners,
-        ),
+        assets=with_owners(assets, owners),
         jobs=[adopt_lab_rev, build_jovian_rev],
         sensors=[build_lab_rev_sensor(job_name=adopt_lab_rev.name, partitions_def=lab_revs)],
         resources={"site": SiteResource(), "git": GitRemotes()},
     )
 
 
-defs = build_defs(location_owners("jovian"))
+_site = site_at_load()
+defs = build_defs(
+    owners=location_owners("jovian"),
+    build_node=_site.jovian.build_node if _site and _site.jovian else None,
+)

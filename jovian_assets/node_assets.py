@@ -3,6 +3,7 @@ gate, distribute to the lane, bench. All partitioned by `lab_revs`."""
 
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,30 +39,8 @@ IMAGE_LABELED = "image_labeled"
 QUALITY_GATE = "quality_not_below_baseline"
 
 
-@dg.asset(
-    key=IMAGE,
-    partitions_def=lab_revs,
-    group_name="jovian",
-    kinds={"ssh", "docker"},
-    pool="spark_build",
-    code_version="1",
-    deps=[DEP_TREES],
-    check_specs=[
-        dg.AssetCheckSpec(BOOT_GATES, asset=IMAGE, blocking=True,
-                          description="Boot gates from the site (`docker run --rm IMG python -c ...` on the build node): imports, "
-                          "the engine string carries the pin, the B12X enum resolves, nvfp4_ds_mla is present. Outputs kept."),
-        dg.AssetCheckSpec(IMAGE_LABELED, asset=IMAGE,
-                          description="WARN when the image does not carry the shipped build dir's checksum label (built by hand, or from another dir)."),
-    ],
-    description=(
-        "The rev's image built on the build node over SSH: the build dir (versions.env, profiles/<rev>.env, "
-        "the fetched dep trees) shipped as one verified tar stream, `TAG=... PROFILE=<rev> bash build.sh` started "
-        "detached (setsid nohup, log to a file) and polled by pid and exit file until done, then `docker image inspect` "
-        "for the image ID (the config digest) and labels. Builds never overlap on a node (pool `spark_build`)."
-    ),
-)
-def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
-                 build_profile: BuildProfile, dep_trees: DepTrees):
+def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
+                   build_profile: BuildProfile, dep_trees: DepTrees) -> Iterator[dg.Output[NodeImage] | dg.AssetCheckResult]:
     config = site.config()
     jovian = _jovian(site)
     if config.spark is None or jovian.build_node is None:
@@ -110,6 +89,44 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
         f"{tag} carries {CHECKSUM_LABEL}={label or '(none)'}, not the shipped dir's {checksum[:16]}...: "
         "an unlabeled or hand-built image — rebuild through lockstep to know what it holds",
     ), dg.AssetCheckSeverity.WARN)
+
+
+
+def node_pool(node: str) -> str:
+    """The Dagster pool of one DGX node: builds on a node run one at a time (instance default_limit 1)."""
+    return f"spark_node/{node}"
+
+
+def build_image_asset(pool: str) -> dg.AssetsDefinition:
+    """`jovian/image` in the pool of the site's build node (pools are fixed when the location loads)."""
+
+    @dg.asset(
+        key=IMAGE,
+        partitions_def=lab_revs,
+        group_name="jovian",
+        kinds={"ssh", "docker"},
+        pool=pool,
+        code_version="1",
+        deps=[DEP_TREES],
+        check_specs=[
+            dg.AssetCheckSpec(BOOT_GATES, asset=IMAGE, blocking=True,
+                              description="Boot gates from the site (`docker run --rm IMG python -c ...` on the build node): imports, "
+                              "the engine string carries the pin, the B12X enum resolves, nvfp4_ds_mla is present. Outputs kept."),
+            dg.AssetCheckSpec(IMAGE_LABELED, asset=IMAGE,
+                              description="WARN when the image does not carry the shipped build dir's checksum label (built by hand, or from another dir)."),
+        ],
+        description=(
+            "The rev's image built on the build node over SSH: the build dir (versions.env, profiles/<rev>.env, "
+            "the fetched dep trees) shipped as one verified tar stream, `TAG=... PROFILE=<rev> bash build.sh` started "
+            "detached (setsid nohup, log to a file) and polled by pid and exit file until done, then `docker image inspect` "
+            "for the image ID (the config digest) and labels. Builds never overlap on a node (one pool per node: `spark_node/<node>`, limit 1)."
+        ),
+    )
+    def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
+              build_profile: BuildProfile, dep_trees: DepTrees):
+        yield from _build_on_node(context, site, git, source_lock, build_profile, dep_trees)
+
+    return image
 
 
 @dg.asset(

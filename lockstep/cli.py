@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -178,6 +179,24 @@ def rollback_plan(must_contain: str, build: str) -> None:
 
 
 @main.command()
+@click.option("--iris-builds", default=4, show_default=True, help="Concurrent iris builds (the cluster's quota).")
+@click.option("--apply", is_flag=True, help="Set them on the instance at $DAGSTER_HOME (else: print the commands).")
+def pools(iris_builds: int, apply: bool) -> None:
+    """The Dagster pools this site needs: tag moves, iris builds, one per DGX build node."""
+    from lockstep.pools import apply_pools, site_pools
+    from resources.site import load_site
+
+    wanted = site_pools(_guard(load_site), iris_builds=iris_builds)
+    if not apply:
+        for pool, limit in wanted.items():
+            click.echo(f"dagster instance concurrency set {pool} {limit}")
+        return
+    with _instance() as instance:
+        apply_pools(instance, wanted)
+    click.echo("set: " + ", ".join(f"{pool}={limit}" for pool, limit in wanted.items()))
+
+
+@main.command()
 @_dir
 @click.option("--port", default=3000, show_default=True)
 def demo(root: Path, port: int) -> None:
@@ -187,8 +206,9 @@ def demo(root: Path, port: int) -> None:
     sb = _guard(lambda: up(root))
     home = sb.root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():  # SQLite under DAGSTER_HOME: the embedded default
-        (home / "dagster.yaml").write_text("# lockstep demo instance: SQLite storage in this directory.\n")
+    # lockstep owns this instance's config (SQLite in `home`, production's concurrency rules): refresh it.
+    shutil.copyfile(Path(__file__).resolve().parent.parent / "deploy" / "sandbox" / "dagster.yaml", home / "dagster.yaml")
+    _set_demo_pools(home, sb.site_file)
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -201,6 +221,16 @@ def demo(root: Path, port: int) -> None:
     click.echo("  push upstream from another terminal: lockstep sandbox advance-harbor")
     argv = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)]
     os.execvpe(argv[0], argv, env)
+
+
+def _set_demo_pools(home: Path, site_file: Path) -> None:
+    import dagster as dg
+
+    from lockstep.pools import apply_pools, site_pools
+    from resources.site import load_site
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        apply_pools(instance, site_pools(load_site(site_file), iris_builds=1))
 
 
 def _instance():  # type: ignore[no-untyped-def]

@@ -418,17 +418,23 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
     return config
 
 
-def location_owners(location: Literal["tpu", "jovian"]) -> list[str]:
-    """Owners for a code location's definitions, read when the location loads.
+def site_at_load() -> SiteConfig | None:
+    """The site file as a code location loads: owners and node pools are part of the definitions.
 
-    No site file yet (a fresh checkout before `lockstep sandbox up`): no owners, and the runs say what
-    is missing when they need the site. A site file that is there but wrong fails the load, naming
-    file and line, so a typo cannot quietly drop the owners from every asset.
+    No site file yet (a fresh checkout before `lockstep sandbox up`): None, and the runs say what is
+    missing when they need the site. A site file that is there but wrong fails the load, naming file
+    and line, so a typo cannot quietly drop owners or pools from the definitions.
     """
     explicit = os.environ.get(SITE_ENV)
     if not explicit and not DEFAULT_SITE.exists():
-        return []
-    return load_site(explicit or None).owners(location)
+        return None
+    return load_site(explicit or None)
+
+
+def location_owners(location: Literal["tpu", "jovian"]) -> list[str]:
+    """Owners for a code location's assets, from the site file at load time (none without one)."""
+    site = site_at_load()
+    return site.owners(location) if site else []
 
 
 def with_owners(assets: Sequence[dg.AssetsDefinition], owners: Sequence[str]) -> list[dg.AssetsDefinition]:

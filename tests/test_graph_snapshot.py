@@ -20,13 +20,14 @@ from typing import Any
 import dagster as dg
 
 from jovian_assets.definitions import build_defs as jovian_defs
+from sandbox.jovian_world import BUILD_NODE
 from tpu_assets.definitions import build_defs as tpu_defs
 
 SNAPSHOT = Path(__file__).resolve().parent / "snapshots" / "asset_graph.json"
-# Owners come from the site file when a location loads; the snapshot pins the sandbox's, so it does
-# not depend on which site file (if any) the machine running the test has.
+# Owners and the build node's pool come from the site file when a location loads; the snapshot pins
+# the sandbox's, so it does not depend on which site file (if any) the machine running the test has.
 SANDBOX_OWNERS = ["team:ml-infra"]
-LOCATIONS = {"tpu": tpu_defs(SANDBOX_OWNERS), "jovian": jovian_defs(SANDBOX_OWNERS)}
+LOCATIONS = {"tpu": tpu_defs(SANDBOX_OWNERS), "jovian": jovian_defs(SANDBOX_OWNERS, build_node=BUILD_NODE)}
 
 
 def _partitions(partitions_def: dg.PartitionsDefinition | None) -> str | None:
@@ -51,6 +52,7 @@ def location_snapshot(defs: dg.Definitions) -> dict[str, Any]:
             "code_version": node.code_version,
             "type": "materializable" if node.is_materializable else "observable" if node.is_observable else "external",
             "owners": sorted(node.owners),
+            "pools": sorted(node.pools or []),
             "has_description": bool((node.description or "").strip()),
         })
     checks = []
@@ -77,6 +79,7 @@ def location_snapshot(defs: dg.Definitions) -> dict[str, Any]:
             "checks": sorted(f"{c.asset_key.to_user_string()}:{c.name}" for c in layer.asset_graph.asset_check_keys),
             "partitions": _partitions(job.partitions_def),
             "config": job.run_config if isinstance(job.run_config, dict) else None,
+            "tags": dict(sorted((job.tags or {}).items())),
             "has_description": bool((job.description or "").strip()),
         })
     sensors = [

@@ -45,6 +45,10 @@ def _check_result(name: str, finding: Finding) -> dg.AssetCheckResult:
     )
 
 
+# iris builds at once: the cluster's quota, set per instance (`lockstep pools --iris-builds N`).
+IRIS_POOL = "iris_builds"
+
+
 @dg.asset(
     key=IMAGE,
     deps=[HARBOR_LOCK],
@@ -52,7 +56,7 @@ def _check_result(name: str, finding: Finding) -> dg.AssetCheckResult:
     check_specs=IMAGE_CHECKS,
     group_name="tpu",
     kinds={"kaniko", "oci"},
-    pool="iris_builds",
+    pool=IRIS_POOL,
     code_version="1",
     description=(
         "The consumer commit (the partition) built as a kaniko job on iris and pushed ONLY to the "

@@ -54,12 +54,16 @@ def _move(registry: Registry, site: SiteConfig, *, to_digest: str, expect_from: 
     return registry.move_tag(repository=ref.repository, tag=site.tpu.floating_tag, to_digest=to_digest, expect_from=expect_from)
 
 
+# One promote / rollback / release at a time: the registry has no conditional PUT for tags.
+TAG_MOVES_POOL = "tag_moves"
+
+
 @dg.asset(
     key=FLOATING_TAG,
     deps=[VERIFIED_IMAGE],
     group_name="tpu",
     kinds={"oci"},
-    pool="tag_moves",
+    pool=TAG_MOVES_POOL,
     code_version="1",
     description=(
         "The floating tag other users pull (site `[tpu].floating_tag`, `:tpu`). Each materialization is "
@@ -130,6 +134,8 @@ def _action_job(name: str, action: str, description: str):  # type: ignore[no-un
         name,
         selection=dg.AssetSelection.assets(FLOATING_TAG),
         config={"ops": {"tpu__floating_tag": {"config": {"action": action}}}},
+        # Never retried by the daemon: a retried rollback would walk one build further back.
+        tags={"dagster/max_retries": "0"},
         description=description,
     )
 

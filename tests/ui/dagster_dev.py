@@ -61,14 +61,17 @@ def lockstep_command() -> Path:
 def start_demo(tmp: Path) -> Demo:
     sb = up(tmp / "sandbox")
     port = free_port()
-    log = tmp / "demo.log"
+    return start_process([str(lockstep_command()), "demo", "--dir", str(sb.root), "--port", str(port)],
+                         url=f"http://127.0.0.1:{port}", sandbox=sb, log=tmp / "demo.log", env=dict(os.environ))
+
+
+def start_process(argv: list[str], *, url: str, sandbox: Sandbox, log: Path, env: dict[str, str]) -> Demo:
+    """Start a Dagster UI process (the demo, or `dagster dev` on a prepared instance) in its own
+    session from the repo root, and wait until `url` answers."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["env", "--default-signal=INT,TERM", str(lockstep_command()), "demo",
-             "--dir", str(sb.root), "--port", str(port)],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    demo = Demo(url=f"http://127.0.0.1:{port}", sandbox=sb, proc=proc, log=log)
+        proc = subprocess.Popen(["env", "--default-signal=INT,TERM", *argv], cwd=ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    demo = Demo(url=url, sandbox=sandbox, proc=proc, log=log)
     try:
         wait_ready(demo)
     except BaseException:
