@@ -6,7 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres_server import PostgresNotInstalled, PostgresServer, start_postgres, stop_postgres
+from tests.postgres_server import (
+    PostgresNotInstalled,
+    PostgresServer,
+    start_postgres,
+    stop_postgres,
+)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import jsonschema
 import kubernetes.client
 import pytest
 import yaml
@@ -35,7 +36,11 @@ from dagster._core.instance.config import PoolGranularity, dagster_instance_conf
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.launcher import LaunchRunContext
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
-from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.remote_origin import (
+    GrpcServerCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._core.storage.dagster_run import DagsterRunStatus
 from dagster._core.test_utils import create_run_for_test
@@ -98,77 +103,61 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---- 1. the chart's values schema ---------------------------------------------------------------
 
-_ANNOTATIONS = {"title", "description", "default", "extra", "$defs"}
-_KEYWORDS = {
-    "$ref", "type", "enum", "const", "properties", "additionalProperties", "required", "items",
-    "minItems", "exclusiveMinimum", "anyOf", "allOf", "if", "then",
-}
-_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
 class ValuesSchema:
-    """The JSON-schema keywords the chart's schema uses. `required` is enforced only inside list items:
-    Helm validates our values merged over the chart's, whose maps supply every required key, while a
-    list we give replaces the chart's whole."""
+    """The chart's values schema, checked with jsonschema, adapted the way `helm install` applies it:
+    Helm validates our values MERGED over the chart's defaults, whose maps supply every required key,
+    so `required` holds only inside list items (a list we give replaces the chart's whole) — each
+    `$defs` entry gets an in-item twin that keeps it; and the refs to kubernetesjsonschema.dev are
+    dropped (offline; their sibling `type` still holds)."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.root = schema
+        adapted = _as_helm_applies_it({k: v for k, v in schema.items() if k != "$defs"}, in_item=False)
+        defs = schema.get("$defs", {})
+        adapted["$defs"] = {name: _as_helm_applies_it(d, in_item=False) for name, d in defs.items()} | {
+            f"{name}__item": _as_helm_applies_it(d, in_item=True) for name, d in defs.items()}
+        self._validator = jsonschema.Draft202012Validator(adapted)
 
     def errors(self, value: Any) -> list[str]:
-        return list(self._check(self.root, value, "values", in_item=False))
+        return [f"{_path(e)}: {e.message}" for e in map(_deepest, self._validator.iter_errors(value))]
 
-    def _check(self, schema: Mapping[str, Any], value: Any, path: str, *, in_item: bool) -> Iterator[str]:
-        unsupported = set(schema) - _ANNOTATIONS - _KEYWORDS
-        if unsupported:  # a keyword this validator ignores would be a check silently skipped
-            raise NotImplementedError(f"{path}: schema keyword(s) {sorted(unsupported)} not supported")
-        ref = schema.get("$ref", "")
-        if ref.startswith("#/$defs/"):
-            yield from self._check(self.root["$defs"][ref.removeprefix("#/$defs/")], value, path, in_item=in_item)
-        # Other $refs point at kubernetesjsonschema.dev: not followed offline; the sibling `type` still holds.
-        if "type" in schema:
-            types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-            if not any(_TYPES[t](value) for t in types):
-                yield f"{path}: expected {'/'.join(types)}, got {type(value).__name__} {value!r}"
-                return
-        if "enum" in schema and value not in schema["enum"]:
-            yield f"{path}: {value!r} is not one of {schema['enum']}"
-        if "const" in schema and value != schema["const"]:
-            yield f"{path}: must be {schema['const']!r}"
-        if "exclusiveMinimum" in schema and isinstance(value, (int, float)) and not value > schema["exclusiveMinimum"]:
-            yield f"{path}: must be > {schema['exclusiveMinimum']}"
-        if "anyOf" in schema:
-            failures = [list(self._check(s, value, path, in_item=in_item)) for s in schema["anyOf"]]
-            if all(failures):
-                yield f"{path}: matches no allowed form ({'; '.join(f[0] for f in failures)})"
-        for sub in schema.get("allOf", []):
-            yield from self._check(sub, value, path, in_item=in_item)
-        if "if" in schema and not list(self._check(schema["if"], value, path, in_item=in_item)):
-            yield from self._check(schema.get("then", {}), value, path, in_item=in_item)
-        if isinstance(value, dict):
-            properties = schema.get("properties", {})
-            if in_item:
-                yield from (f"{path}.{key}: required" for key in schema.get("required", []) if key not in value)
-            extra = schema.get("additionalProperties", True)
-            for key, item in value.items():
-                if key in properties:
-                    yield from self._check(properties[key], item, f"{path}.{key}", in_item=in_item)
-                elif extra is False:
-                    yield f"{path}.{key}: not a key the chart knows"
-                elif isinstance(extra, dict):
-                    yield from self._check(extra, item, f"{path}.{key}", in_item=in_item)
-        if isinstance(value, list):
-            if len(value) < schema.get("minItems", 0):
-                yield f"{path}: needs at least {schema['minItems']} item(s)"
-            for i, item in enumerate(value):
-                yield from self._check(schema.get("items", {}), item, f"{path}[{i}]", in_item=True)
+
+def _as_helm_applies_it(schema: Any, *, in_item: bool) -> Any:
+    if isinstance(schema, list):
+        return [_as_helm_applies_it(s, in_item=in_item) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, sub in schema.items():
+        if key == "required" and not in_item:
+            continue
+        if key == "$ref":
+            if str(sub).startswith("#/$defs/"):
+                out[key] = f"{sub}__item" if in_item else sub
+            continue
+        if key == "properties":
+            out[key] = {name: _as_helm_applies_it(s, in_item=in_item) for name, s in sub.items()}
+        else:
+            out[key] = _as_helm_applies_it(sub, in_item=in_item or key == "items")
+    return out
+
+
+def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For `anyOf` (a value or null), the reason the real alternative failed."""
+    while error.context:
+        real = [e for e in error.context if e.schema.get("type") != "null"] or error.context
+        error = jsonschema.exceptions.best_match(real)
+    return error
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    """`values.a.b[1].c`, naming the offending key itself for unknown-key and missing-key errors."""
+    path = "values" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        path += "." + ",".join(sorted(set(error.instance) - set(error.schema.get("properties", {}))))
+    elif error.validator == "required":
+        path += "." + str(error.message).split("'")[1]
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +184,7 @@ def _deployment(values: dict[str, Any], name: str) -> dict[str, Any]:
         (lambda v: v["dagsterDaemon"].update(runRetry={"enabled": True}), "values.dagsterDaemon.runRetry"),
         (lambda v: v["runLauncher"].update(type="K8sRunLaunchr"), "values.runLauncher.type"),
         (lambda v: v["runLauncher"]["config"]["k8sRunLauncher"].update(envSecret=[]), "k8sRunLauncher.envSecret"),
-        (lambda v: _deployment(v, "jovian").pop("port"), "deployments[1].port: required"),
+        (lambda v: _deployment(v, "jovian").pop("port"), "deployments[1].port: 'port' is a required property"),
         (lambda v: _deployment(v, "tpu")["image"].update(pullPolicy="Sometimes"), "deployments[0].image.pullPolicy"),
         (lambda v: v["concurrency"]["pools"].update(defaultLimit="1"), "values.concurrency.pools.defaultLimit"),
         (lambda v: v["concurrency"].update(pool={}), "values.concurrency.pool"),
