@@ -6,7 +6,13 @@ from typing import Any
 
 import dagster as dg
 
+from resources.registry import ImageRef, registry_for
+from resources.site import load_site
+from sandbox.world import Sandbox
 from tpu_assets.definitions import defs
+from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
+from tpu_assets.image import IMAGE, SMOKE
+from tpu_assets.lock import HARBOR_LOCK
 
 TPU_ASSETS = [*(defs.assets or []), *(defs.asset_checks or [])]
 
@@ -41,3 +47,36 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 
 def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
     return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+
+
+BUILD = [IMAGE, SMOKE, VERIFIED_IMAGE]
+
+
+class Pipeline:
+    """The sandbox plus one Dagster instance, driven the way a person would in the UI."""
+
+    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
+        self.sb, self.resources, self.instance = sb, resources, instance
+        self.site = load_site(sb.site_file)
+        self.registry = registry_for(self.site)
+        self.repository = ImageRef.parse(self.site.tpu.image).repository
+
+    def relock(self) -> str:
+        result = materialize(self.resources, [HARBOR_LOCK], self.instance)
+        assert result.success, failure_message(result)
+        return result.asset_value(HARBOR_LOCK).consumer_commit
+
+    def build(self, commit: str) -> dg.ExecuteInProcessResult:
+        if not self.instance.has_dynamic_partition("tpu_builds", commit):
+            self.instance.add_dynamic_partitions("tpu_builds", [commit])
+        return materialize(self.resources, BUILD, self.instance, partition_key=commit)
+
+    def tag(self, action: str, **config: str) -> dg.ExecuteInProcessResult:
+        run_config = {"ops": {"tpu__floating_tag": {"config": {"action": action, **config}}}}
+        return materialize(self.resources, [FLOATING_TAG], self.instance, run_config=run_config)
+
+    def floating(self) -> str | None:
+        return self.registry.resolve(repository=self.repository, reference=self.site.tpu.floating_tag)
+
+    def pinned(self, commit: str) -> str | None:
+        return self.registry.resolve(repository=self.repository, reference=f"tpu-{commit[:8]}")

@@ -27,9 +27,8 @@ from jovian_assets.node_assets import node_pool
 from sandbox.fake_iris import stop_all
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
 from sandbox.world import Sandbox, advance_harbor
-from tests.jovian.test_adoption import Lab
-from tests.runs import failure_message
-from tests.tpu.test_image_pipeline import Pipeline
+from tests.jovian.lab import Lab
+from tests.runs import Pipeline, failure_message
 from tests.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
 
 INSTANCE_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"

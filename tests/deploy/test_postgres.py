@@ -26,8 +26,7 @@ from resources.uv import UvCli
 from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, advance_harbor, up
 from tests.postgres_server import PgDatabase, PostgresServer
-from tests.runs import failure_message
-from tests.tpu.test_image_pipeline import Pipeline
+from tests.runs import Pipeline, failure_message
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 
 REPO = Path(__file__).resolve().parents[2]

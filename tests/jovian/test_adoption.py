@@ -3,66 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import dagster as dg
 import git
-import pytest
 from click.testing import CliRunner
 
-from jovian_assets.assets import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
-from jovian_assets.definitions import defs
+from jovian_assets.assets import DEP_TABLE, DEP_TREES, SOURCE_LOCK
 from jovian_assets.revs import LAB_COMMIT_TAG
 from lockstep.cli import main as lockstep_cli
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, LAB_BRANCH, RECIPE, lock_path, new_lab_rev
-from sandbox.world import Sandbox
 from tests.conftest import remote_file, remote_head
+from tests.jovian.lab import Lab, checks, done, meta
 from tests.runs import failure_message
-
-ASSETS = list(defs.assets or [])
-
-
-class Lab:
-    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
-        self.sb, self.resources, self.instance = sb, resources, instance
-        self.build_repo = sb.repos / "docker-images.git"
-        self.lab_repo = sb.repos / "rtx6kpro.git"
-
-    def tick(self, cursor: str | None) -> dg.SensorResult:
-        sensor = defs.resolve_sensor_def("lab_rev_sensor")
-        result = sensor(dg.build_sensor_context(cursor=cursor, instance=self.instance, resources=self.resources))
-        for request in result.dynamic_partitions_requests or []:
-            self.instance.add_dynamic_partitions("lab_revs", list(request.partition_keys))
-        return result
-
-    def adopt(self, rev: str, tags: dict[str, str] | None = None, *, build: bool = False) -> dg.ExecuteInProcessResult:
-        """adopt_lab_rev's five assets for `rev`; with build=True also build_jovian_rev's three."""
-        if not self.instance.has_dynamic_partition("lab_revs", rev):
-            self.instance.add_dynamic_partitions("lab_revs", [rev])
-        selection = None if build else dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES)
-        return dg.materialize(ASSETS, selection=selection, partition_key=rev, resources=self.resources,
-                              instance=self.instance, tags=tags, raise_on_error=False)
-
-
-def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
-    return {e.check_name: e for e in result.get_asset_check_evaluations()}
-
-
-def done(result: dg.ExecuteInProcessResult) -> set[str]:
-    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-
-
-def meta(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, object]:
-    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == key]
-    return {k: getattr(v, "value", getattr(v, "md_str", v)) for k, v in event.materialization.metadata.items()}
-
-
-@pytest.fixture
-def lab(sb: Sandbox, resources: dict[str, object]) -> Iterator[Lab]:
-    with dg.instance_for_test() as instance:
-        yield Lab(sb, {"site": resources["site"], "git": resources["git"]}, instance)
-
 
 ALL = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees"}
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import git
 
+from jovian_assets.node_assets import BENCH, DISTRIBUTED, IMAGE
 from jovian_assets.node_build import NodeImage
 from sandbox.jovian_world import BUILD_BRANCH, new_lab_rev
 from sandbox.spark_nodes import set_bench_knobs
 from tests.conftest import remote_head
-from tests.jovian.test_adoption import Lab, checks, done, lab, meta  # noqa: F401  (the shared fixture)
+from tests.jovian.lab import Lab, checks, done, meta
 from tests.runs import failure_message
-from jovian_assets.node_assets import BENCH, DISTRIBUTED, IMAGE
 
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
               "jovian/image", "jovian/distributed_image", "jovian/bench_report"}

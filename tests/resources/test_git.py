@@ -146,7 +146,7 @@ def test_checkout_of_an_exact_sha_and_cleanup(up: Upstream, remotes: GitRemotes)
 
 def test_heads_by_pattern_tags_trees_and_ahead_behind(up: Upstream, remotes: GitRemotes) -> None:
     pin = up.commit("a", "1")
-    up.work.git.push(up.url, f"HEAD:refs/heads/integration/glm53-r27")
+    up.work.git.push(up.url, "HEAD:refs/heads/integration/glm53-r27")
     up.work.create_tag("v1.0", message="annotated")
     up.work.git.push(up.url, "v1.0")
     ahead = up.commit("a", "2")

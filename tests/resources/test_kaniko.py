@@ -10,7 +10,13 @@ from pydantic import ValidationError
 
 from resources.errors import LockstepError
 from resources.iris import IrisCli
-from resources.kaniko import BUILD_COMMAND, KanikoError, KanikoSettings, build_destination, kaniko_job
+from resources.kaniko import (
+    BUILD_COMMAND,
+    KanikoError,
+    KanikoSettings,
+    build_destination,
+    kaniko_job,
+)
 from sandbox.consumer_source import BUILD_SCRIPT
 
 IMAGE = "ghcr.io/open-thoughts/openthoughts-agent"

@@ -34,7 +34,14 @@ from resources.spark import (
     local_manifest,
     spark_for,
 )
-from tests.sshd_server import PASSPHRASE, PASSPHRASE_ENV, SshdServer, known_hosts_line, start_sshd, stop_sshd
+from tests.sshd_server import (
+    PASSPHRASE,
+    PASSPHRASE_ENV,
+    SshdServer,
+    known_hosts_line,
+    start_sshd,
+    stop_sshd,
+)
 
 NODES = ["n1", "n2", "n3"]
 MiB = 1024 * 1024

@@ -14,49 +14,16 @@ from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
 from resources.git import GitRemotes
-from resources.registry import HttpRegistry, ImageRef, registry_for
-from resources.site import SiteResource, load_site
+from resources.registry import HttpRegistry
+from resources.site import SiteResource
 from resources.uv import UvCli
 from sandbox.fake_iris import queue_fault, stop_all
 from sandbox.world import Sandbox, advance_harbor, up
 from tests.conftest import remote_head
 from tests.registry_server import RegistryServer, running_registry
-from tests.runs import checks, failure_message, materialize, materialized, metadata
-from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
-from tpu_assets.image import IMAGE, SMOKE
-from tpu_assets.lock import HARBOR_LOCK
-
-BUILD = [IMAGE, SMOKE, VERIFIED_IMAGE]
-
-
-class Pipeline:
-    """The sandbox plus one Dagster instance, driven the way a person would in the UI."""
-
-    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
-        self.sb, self.resources, self.instance = sb, resources, instance
-        self.site = load_site(sb.site_file)
-        self.registry = registry_for(self.site)
-        self.repository = ImageRef.parse(self.site.tpu.image).repository
-
-    def relock(self) -> str:
-        result = materialize(self.resources, [HARBOR_LOCK], self.instance)
-        assert result.success, failure_message(result)
-        return result.asset_value(HARBOR_LOCK).consumer_commit
-
-    def build(self, commit: str) -> dg.ExecuteInProcessResult:
-        if not self.instance.has_dynamic_partition("tpu_builds", commit):
-            self.instance.add_dynamic_partitions("tpu_builds", [commit])
-        return materialize(self.resources, BUILD, self.instance, partition_key=commit)
-
-    def tag(self, action: str, **config: str) -> dg.ExecuteInProcessResult:
-        run_config = {"ops": {"tpu__floating_tag": {"config": {"action": action, **config}}}}
-        return materialize(self.resources, [FLOATING_TAG], self.instance, run_config=run_config)
-
-    def floating(self) -> str | None:
-        return self.registry.resolve(repository=self.repository, reference=self.site.tpu.floating_tag)
-
-    def pinned(self, commit: str) -> str | None:
-        return self.registry.resolve(repository=self.repository, reference=f"tpu-{commit[:8]}")
+from tests.runs import Pipeline, checks, failure_message, materialized, metadata
+from tpu_assets.history import VERIFIED_IMAGE
+from tpu_assets.image import IMAGE
 
 
 @pytest.fixture

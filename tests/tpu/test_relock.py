@@ -21,6 +21,7 @@ from tpu_assets.definitions import defs
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.lock import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
 
+
 def relock(resources: dict[str, object], instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
     return materialize(resources, [HARBOR_LOCK], instance)
 

@@ -1,0 +1,17 @@
+"""The `lab` fixture: the sandbox's Jovian side on a throw-away Dagster instance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+
+from sandbox.world import Sandbox
+from tests.jovian.lab import Lab
+
+
+@pytest.fixture
+def lab(sb: Sandbox, resources: dict[str, object]) -> Iterator[Lab]:
+    with dg.instance_for_test() as instance:
+        yield Lab(sb, {"site": resources["site"], "git": resources["git"]}, instance)
