@@ -3,8 +3,8 @@
 Everything lives in one throw-away directory: the cluster made by ``initdb`` (trust auth, and only
 for 127.0.0.1), the unix socket, the server log. The server is ``postgres -D DATA`` started as our
 child on a free port, polled until it accepts connections, and stopped by its PID (``pg_ctl stop -m
-fast``, then a kill if it is still alive). The machine's own cluster (port 5432, /var/lib/postgresql)
-is never touched.
+fast``, then a kill if it is still alive); the loops are tests/servers.py's. The machine's own cluster
+(port 5432, /var/lib/postgresql) is never touched.
 
 Binaries are found the Debian way, in ``/usr/lib/postgresql/<major>/bin`` (the newest major), since
 ``apt-get install postgresql`` does not put ``initdb`` on PATH; ``LOCKSTEP_PG_BIN`` overrides it.
@@ -22,16 +22,15 @@ import os
 import pwd
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg2
+
+from tests.servers import start_on_free_port, stop_process, wait_until_ready
 
 PG_BIN_ENV = "LOCKSTEP_PG_BIN"
 PG_USER_ENV = "LOCKSTEP_PG_USER"
@@ -165,12 +164,6 @@ def _as_user(run_as: str | None, argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--", *argv]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _accepts(port: int, user: str) -> bool:
     try:
         psycopg2.connect(host="127.0.0.1", port=port, user=user, dbname="postgres", connect_timeout=1).close()
@@ -211,10 +204,8 @@ def start_postgres(*, ready_timeout_s: float = 30.0) -> PostgresServer:
         for path in (root, root / "run"):
             _give(path, run_as)
         _initdb(bin_dir, root, run_as)
-        last_log = ""
-        # A free port can be taken between our probe and postgres's bind: try a few.
-        for _ in range(3):
-            port = _free_port()
+
+        def start(port: int) -> PostgresServer:
             argv = [
                 str(bin_dir / "postgres"), "-D", str(root / "data"),
                 "-c", "listen_addresses=127.0.0.1", "-c", f"port={port}",
@@ -226,15 +217,21 @@ def start_postgres(*, ready_timeout_s: float = 30.0) -> PostgresServer:
                 proc = subprocess.Popen(_as_user(run_as, argv), stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, cwd=root)
             server = PostgresServer(proc=proc, root=root, port=port, bin_dir=bin_dir, run_as=run_as)
-            deadline = time.monotonic() + ready_timeout_s
-            while time.monotonic() < deadline and proc.poll() is None:
-                if _accepts(port, SUPERUSER):
-                    server.create_database(DEFAULT_DB)
-                    return server
-                time.sleep(0.1)
-            _stop_process(server)
-            last_log = server.log.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"postgres did not accept connections within {ready_timeout_s} s; its log:\n{last_log}")
+            wait_until_ready(
+                proc, lambda: _accepts(port, SUPERUSER), timeout_s=ready_timeout_s, interval_s=0.1, log=server.log,
+                tail_chars=3000, stop=lambda: _stop_process(server),
+                message=lambda _returncode, tail: (
+                    f"postgres did not accept connections within {ready_timeout_s} s; its log:\n{tail}"
+                ),
+            )
+            try:
+                server.create_database(DEFAULT_DB)
+            except BaseException:
+                _stop_process(server)  # the directory is removed below: leave no postmaster serving it
+                raise
+            return server
+
+        return start_on_free_port(start)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -247,12 +244,9 @@ def _stop_process(server: PostgresServer) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             argv = [str(server.bin_dir / "pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w", "-t", "15"]
             subprocess.run(_as_user(server.run_as, argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)  # backends exit on their own once the postmaster is gone
-            proc.wait(timeout=10)
+        # pg_ctl has asked for the shutdown (not SIGTERM: that is postgres's "smart" mode, which waits for
+        # clients); the kill is for a postmaster still there. Backends exit on their own once it is gone.
+        stop_process(proc, grace_s=10, sigterm=False)
 
 
 def stop_postgres(server: PostgresServer) -> None:

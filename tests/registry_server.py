@@ -1,7 +1,8 @@
 """A real `docker-registry` (Debian's build of distribution/distribution) on 127.0.0.1, for tests and benches.
 
 Started with subprocess.Popen on a free port with filesystem storage under a directory the caller
-owns, polled on /v2/ until it answers 200, and stopped by its PID (terminate, wait, kill).
+owns, polled on /v2/ until it answers 200, and stopped by its PID (terminate, wait, kill); the
+loops are tests/servers.py's.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.servers import start_on_free_port, stop_process, wait_until_ready
 
 # Debian's package installs /usr/bin/docker-registry; upstream's binary is called `registry`.
 _CANDIDATES = ("docker-registry", "registry")
@@ -70,12 +71,6 @@ def registry_binary() -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _answers(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as resp:
@@ -88,36 +83,29 @@ def start_registry(root: Path, *, ready_timeout_s: float = 15.0) -> RegistryServ
     """Start a registry storing under `root`; returns once /v2/ answers 200."""
     root.mkdir(parents=True, exist_ok=True)
     binary = registry_binary()
-    # A free port can be taken between our probe and the registry's bind: try a few.
-    last_log = ""
-    for _ in range(3):
-        port = _free_port()
+
+    def start(port: int) -> RegistryServer:
         config = root / "config.yml"
         config.write_text(_CONFIG.format(storage=root / "storage", port=port))
         with open(root / "registry.log", "wb") as log:
             proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
         server = RegistryServer(proc=proc, port=port, root=root)
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline and proc.poll() is None:
-            if _answers(port):
-                return server
-            time.sleep(0.05)
-        stop_registry(server)
-        last_log = server.log.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"docker-registry did not answer on /v2/ within {ready_timeout_s} s; its log:\n{last_log}")
+        wait_until_ready(
+            proc, lambda: _answers(port), timeout_s=ready_timeout_s, interval_s=0.05, log=server.log,
+            tail_chars=2000, stop=lambda: stop_registry(server),
+            message=lambda _returncode, tail: (
+                f"docker-registry did not answer on /v2/ within {ready_timeout_s} s; its log:\n{tail}"
+            ),
+        )
+        return server
+
+    return start_on_free_port(start)
 
 
 def stop_registry(server: RegistryServer) -> None:
     """Stop exactly the process we started, by its PID."""
-    if server.proc.poll() is not None:
-        return
-    server.proc.terminate()
-    try:
-        server.proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait(timeout=5)
+    stop_process(server.proc, grace_s=5)
 
 
 @contextlib.contextmanager

@@ -4,8 +4,8 @@ Everything lives under a directory the caller owns: a fresh ed25519 host key, a 
 passphrase, so key decryption is exercised), authorized_keys, a known_hosts line for
 ``[127.0.0.1]:PORT``, sshd_config and the PID file. sshd is started in the foreground
 (``sshd -D -e -f CFG``) on a free port, polled until it sends its SSH banner, and stopped by its PID
-(terminate, wait, kill) together with the per-connection sshd processes it forked. The machine's own
-sshd (port 22, /etc/ssh) is never touched.
+(terminate, wait, kill) together with the per-connection sshd processes it forked; the loops are
+tests/servers.py's. The machine's own sshd (port 22, /etc/ssh) is never touched.
 
 Needs the `openssh-server` package (`./dev setup` installs it) and the privilege-separation
 directory /run/sshd, which is created when missing.
@@ -19,10 +19,11 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.servers import processes, start_on_free_port, stop_process, wait_until_ready
 
 SSHD = os.environ.get("LOCKSTEP_SSHD", "/usr/sbin/sshd")
 PASSPHRASE_ENV = "LOCKSTEP_TEST_SSH_PASSPHRASE"
@@ -107,12 +108,6 @@ def _run(argv: list[str]) -> None:
     subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _answers(port: int) -> bool:
     """True once sshd accepts a connection and sends its `SSH-2.0-...` banner."""
     try:
@@ -125,13 +120,8 @@ def _answers(port: int) -> bool:
 def _descendants(pid: int) -> list[int]:
     """Every live process below `pid` (by PPid in /proc), deepest last."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
+    for info in processes():
+        children.setdefault(info.ppid, []).append(info.pid)
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -169,10 +159,8 @@ def start_sshd(root: Path, *, ready_timeout_s: float = 15.0) -> SshdServer:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     make_keys(root)
     user = getpass.getuser()
-    last_log = ""
-    # A free port can be taken between our probe and sshd's bind: try a few.
-    for _ in range(3):
-        port = _free_port()
+
+    def start(port: int) -> SshdServer:
         config = root / "sshd_config"
         config.write_text(_CONFIG.format(
             port=port, host_key=root / "host_ed25519", authorized_keys=root / "authorized_keys",
@@ -183,26 +171,21 @@ def start_sshd(root: Path, *, ready_timeout_s: float = 15.0) -> SshdServer:
             proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
         server = SshdServer(proc=proc, port=port, root=root, user=user)
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline and proc.poll() is None:
-            if _answers(port):
-                return server
-            time.sleep(0.05)
-        stop_sshd(server)
-        last_log = server.log.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"sshd did not answer within {ready_timeout_s} s; its log:\n{last_log}")
+        wait_until_ready(
+            proc, lambda: _answers(port), timeout_s=ready_timeout_s, interval_s=0.05, log=server.log,
+            tail_chars=2000, stop=lambda: stop_sshd(server),
+            message=lambda _returncode, tail: f"sshd did not answer within {ready_timeout_s} s; its log:\n{tail}",
+        )
+        return server
+
+    return start_on_free_port(start)
 
 
 def stop_sshd(server: SshdServer) -> None:
     """Stop exactly the sshd we started, by its PID, and the per-connection sshd processes it forked."""
+    # Listed before the listener goes: once it has, they are re-parented and no longer found under its PID.
     leftovers = _descendants(server.proc.pid) if server.proc.poll() is None else []
-    if server.proc.poll() is None:
-        server.proc.terminate()
-        try:
-            server.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait(timeout=5)
+    stop_process(server.proc, grace_s=5)
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

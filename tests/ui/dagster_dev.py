@@ -5,13 +5,14 @@ under `env --default-signal=INT,TERM`: a `dagster dev` started from a script tha
 (as pytest's runners may) would otherwise ignore them too, and could not be stopped cleanly. It runs in
 its own session, so its process group is exactly what it started (webserver, daemon, code servers);
 at the end the group gets SIGTERM, then SIGKILL for anything still there, and nothing is left behind.
+The port, the readiness loop and the terminate/wait/kill are tests/servers.py's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,14 @@ import pytest
 import requests
 
 from sandbox.world import Sandbox, up
+from tests.servers import (
+    ServerNotReady,
+    free_port,
+    log_tail,
+    processes,
+    stop_process,
+    wait_until_ready,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 120.0  # dagster dev answers /server_info after ~18-25 s on a quiet machine
@@ -37,16 +46,7 @@ class Demo:
     log: Path
 
     def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except OSError as exc:
-            return f"(no demo log: {exc})"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        return log_tail(self.log, chars)
 
 
 def lockstep_command() -> Path:
@@ -72,69 +72,54 @@ def start_process(argv: list[str], *, url: str, sandbox: Sandbox, log: Path, env
         proc = subprocess.Popen(["env", "--default-signal=INT,TERM", *argv], cwd=ROOT, env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     demo = Demo(url=url, sandbox=sandbox, proc=proc, log=log)
-    try:
-        wait_ready(demo)
-    except BaseException:
-        stop_demo(demo)
-        raise
+    wait_ready(demo)  # which stops it, if it does not come up
     return demo
 
 
 def wait_ready(demo: Demo) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        if demo.proc.poll() is not None:
-            pytest.fail(f"`lockstep demo` exited with {demo.proc.returncode} before the UI answered; its log:\n"
-                        f"{demo.log_tail()}", pytrace=False)
+    """Until /server_info answers; else the demo is stopped and the test fails with its log's tail."""
+    last = "no answer yet"  # the probe's last error, for the timeout message
+
+    def answers() -> bool:
+        nonlocal last
         try:
-            if requests.get(f"{demo.url}/server_info", timeout=2).ok:
-                return
+            return requests.get(f"{demo.url}/server_info", timeout=2).ok
         except requests.RequestException as exc:
             last = type(exc).__name__
-        time.sleep(0.5)
-    pytest.fail(f"{demo.url}/server_info did not answer within {READY_TIMEOUT_S:.0f} s ({last}); the demo's log:\n"
-                f"{demo.log_tail()}", pytrace=False)
+            return False
+
+    def message(returncode: int | None, tail: str) -> str:
+        if returncode is not None:
+            return f"`lockstep demo` exited with {returncode} before the UI answered; its log:\n{tail}"
+        return (f"{demo.url}/server_info did not answer within {READY_TIMEOUT_S:.0f} s ({last}); the demo's log:\n"
+                f"{tail}")
+
+    try:
+        wait_until_ready(demo.proc, answers, timeout_s=READY_TIMEOUT_S, interval_s=0.5, log=demo.log,
+                         tail_chars=4000, message=message, stop=lambda: stop_demo(demo))
+        return
+    except ServerNotReady as exc:
+        failure = str(exc)
+    # Failed outside the except block: the report is the message and the log, not a chained traceback.
+    pytest.fail(failure, pytrace=False)
 
 
 def _group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in process group `pgid`, read from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
+    return [info.pid for info in processes() if info.pgrp == pgid and info.state != "Z"]
 
 
 def stop_demo(demo: Demo) -> None:
     """SIGTERM to the demo's process group, wait, then SIGKILL whatever is left in it."""
     pgid = demo.proc.pid  # start_new_session: the leader's pid is the group id
-    _signal_group(pgid, signal.SIGTERM)
-    try:
-        demo.proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        _signal_group(pgid, signal.SIGKILL)
-        demo.proc.wait(timeout=10)
+    stop_process(demo.proc, grace_s=STOP_GRACE_S, group=True)
     # dagster dev can restart a code server while it shuts down: give stragglers a moment, then kill them.
     deadline = time.monotonic() + 5
     while _group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
     if _group_members(pgid):
-        _signal_group(pgid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while _group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.2)
