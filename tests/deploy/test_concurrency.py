@@ -1,8 +1,8 @@
 """Concurrency with the daemon running against a real instance: builds on one DGX node and moves of
 `:tpu` are serialized by the instance's pools, not by luck.
 
-The instance is `deploy/sandbox/dagster.yaml` (what `lockstep demo` runs: SQLite, QueuedRunCoordinator,
-pools at run granularity with default limit 1 — the same rules as deploy/k8s and deploy/docker). Two
+The instance has production's QueuedRunCoordinator and concurrency blocks (deploy/docker/dagster.yaml:
+pools at run granularity, default limit 1) on a real Postgres the test session starts. Two
 revs are adopted and one TPU build is verified in-process on that instance; then `dagster dev` (webserver +
 daemon, sensors stopped) is started on it, and two `build_jovian_rev` runs for the same build node and
 two `promote_tpu` runs are submitted through Dagster's GraphQL client, as the UI would. The runs'
@@ -12,7 +12,6 @@ start and end times, read back from the instance, must not overlap within each p
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from dagster_graphql import DagsterGraphQLClient
 
 from jovian_assets.node_assets import node_pool
@@ -28,19 +28,35 @@ from sandbox.fake_iris import stop_all
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
 from sandbox.world import Sandbox, advance_harbor
 from tests.jovian.lab import Lab
+from tests.postgres_server import PostgresServer
 from tests.runs import Pipeline, failure_message
 from tests.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
 
-INSTANCE_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"
+DEMO_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"
+PRODUCTION_YAML = ROOT / "deploy" / "docker" / "dagster.yaml"
 RUN_TIMEOUT_S = 300.0
 
 
 @pytest.fixture
-def home(sb: Sandbox, tmp_path: Path) -> Path:
+def home(sb: Sandbox, tmp_path: Path, postgres: PostgresServer) -> Path:
+    """A DAGSTER_HOME with production's queue and concurrency rules (deploy/docker/dagster.yaml) on a real
+    Postgres; runs are local processes (no Docker engine here)."""
+    production = yaml.safe_load(PRODUCTION_YAML.read_text(encoding="utf-8"))
+    config = {
+        "storage": {"postgres": {"postgres_url": postgres.fresh_database("concurrency").url}},
+        "run_coordinator": production["run_coordinator"],
+        "concurrency": production["concurrency"],
+    }
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copyfile(INSTANCE_YAML, home / "dagster.yaml")
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     return home
+
+
+def test_the_demo_queues_with_the_production_pool_rules() -> None:
+    demo, production = (yaml.safe_load(p.read_text(encoding="utf-8")) for p in (DEMO_YAML, PRODUCTION_YAML))
+    assert demo["concurrency"]["pools"] == production["concurrency"]["pools"] == {"granularity": "run", "default_limit": 1}
+    assert demo["run_coordinator"]["class"] == production["run_coordinator"]["class"] == "QueuedRunCoordinator"
 
 
 @pytest.fixture
@@ -85,6 +101,7 @@ def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
 def test_builds_on_one_node_and_tag_moves_never_overlap_under_the_daemon(
     sb: Sandbox, resources: dict[str, object], home: Path, instance: dg.DagsterInstance, tmp_path: Path
 ) -> None:
+    assert type(instance.run_storage).__name__ == "PostgresRunStorage"
     # Prepared in-process on the same instance: one verified TPU build, two adopted lab revs.
     tpu = Pipeline(sb, resources, instance)
     advance_harbor(sb.root, fix=True)
