@@ -161,7 +161,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
     with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
         versions_path = f"{jovian.build_dir}/versions.env"
         versions = parse_env((wt.path / versions_path).read_text(encoding="utf-8"), versions_path)
-        diff, unknown = plan_profile(source_lock.lock, versions, jovian.versions_keys)
+        diff, unknown = plan_profile(source_lock.lock, versions, jovian.versions_keys, jovian.repository_keys)
         text = render_profile(rev=source_lock.rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff)
         recipes = {p: recipe_profile_placement((wt.path / p).read_text(encoding="utf-8"), p)
                    for p in sorted(str(f.relative_to(wt.path)) for f in wt.path.rglob("*.toml") if glob_match(jovian.recipes_glob, str(f.relative_to(wt.path))))}

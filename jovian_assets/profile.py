@@ -34,11 +34,17 @@ def parse_env(text: str, path: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def plan_profile(lock: SourceLock, versions: dict[str, tuple[str, int]], mapping: dict[str, str]) -> tuple[list[ProfileDiff], list[str]]:
-    """(keys whose lock value differs from versions.env, mapping targets that versions.env lacks)."""
+def plan_profile(
+    lock: SourceLock, versions: dict[str, tuple[str, int]], mapping: dict[str, str], optional: dict[str, str] | None = None
+) -> tuple[list[ProfileDiff], list[str]]:
+    """(keys whose lock value differs from versions.env, mapping targets that versions.env lacks).
+
+    `optional` targets (repository URLs) are followed only where versions.env has them: a site whose
+    versions.env pins no URLs is not an error, one that does gets the fork's new URL with its commit."""
     diff: list[ProfileDiff] = []
     unknown: list[str] = []
-    for lock_key, env_key in mapping.items():
+    present = {k: v for k, v in (optional or {}).items() if v in versions and k not in mapping}
+    for lock_key, env_key in {**mapping, **present}.items():
         if lock_key not in lock.keys:
             continue
         if env_key not in versions:

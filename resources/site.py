@@ -184,6 +184,11 @@ DEFAULT_VERSIONS_KEYS = {
 }
 
 
+# A rev's fork can come from another owner (fixtures/README.md): its URL follows the commit into the
+# profile, but only where versions.env pins repository URLs at all.
+DEFAULT_REPOSITORY_KEYS = {"vllm.repository": "VLLM_REPO", "b12x.repository": "B12X_REPO", "lmcache.repository": "LMCACHE_REPO"}
+
+
 class JovianSection(_Table):
     """``[jovian]``: the lab's source locks, the engine forks they pin, and the build repo that adopts them."""
 
@@ -202,6 +207,10 @@ class JovianSection(_Table):
     cut_window_minutes: float = Field(default=30.0, gt=0, description="All pins of one rev are cut within this window.")
     versions_keys: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_VERSIONS_KEYS), description="Source-lock key -> versions.env key."
+    )
+    repository_keys: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_REPOSITORY_KEYS),
+        description="Source-lock repository key -> versions.env key; applied only where versions.env has that key.",
     )
     cmake_package: str = Field(default="vllm", description="The package whose tree declares the cmake deps.")
     build_node: str | None = Field(default=None, description="The [[spark.nodes]] name that builds images.")

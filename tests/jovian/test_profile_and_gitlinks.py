@@ -10,8 +10,11 @@ import pytest
 from jovian_assets.dep_trees import gitlinks_populated, submodule_urls
 from jovian_assets.fork_cut import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH, findings
 from jovian_assets.models import BranchTip, DepTree, ForkCut, PackageCut
-from jovian_assets.profile import parse_env, recipe_profile_placement
+from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement
+from jovian_assets.source_lock import parse_source_lock
 from resources.errors import FileFormatError
+from resources.site import DEFAULT_REPOSITORY_KEYS
+from tests.jovian.test_source_lock import R35_PATH
 
 GOOD_RECIPE = '''name = "glm53-2x"
 docker_image = "jovian-judgement:r35-glm53"
@@ -112,3 +115,16 @@ def test_empty_gitlink_dir_fails_gate(tmp_path: Path) -> None:
 def test_relative_submodule_urls_resolve_against_the_parent() -> None:
     text = '[submodule "csrc/cutlass"]\n\tpath = csrc/cutlass\n\turl = ../cutlass.git\n[submodule "x"]\n\tpath = x\n\turl = https://h/o/x.git\n'
     assert submodule_urls(text, "file:///r/flashmla.git") == {"csrc/cutlass": "file:///r/cutlass.git", "x": "https://h/o/x.git"}
+
+
+
+def test_a_fork_from_another_owner_moves_its_repo_url_with_its_commit_when_versions_env_pins_urls() -> None:
+    lock = parse_source_lock(R35_PATH.read_text(), "r35.source.lock")
+    b12x = lock.packages["b12x"]
+    base = {"B12X_COMMIT": ("0" * 40, 1), "B12X_REPO": ("https://github.com/old-owner/b12x.git", 2)}
+    diff, unknown = plan_profile(lock, base, {"b12x.commit": "B12X_COMMIT"}, DEFAULT_REPOSITORY_KEYS)
+    assert not unknown
+    assert {d.key: d.profile for d in diff} == {"B12X_COMMIT": b12x.commit, "B12X_REPO": b12x.repository}
+    # A versions.env that pins no URLs is not an error: the commit alone moves.
+    diff, unknown = plan_profile(lock, {"B12X_COMMIT": ("0" * 40, 1)}, {"b12x.commit": "B12X_COMMIT"}, DEFAULT_REPOSITORY_KEYS)
+    assert not unknown and [d.key for d in diff] == ["B12X_COMMIT"]
