@@ -58,8 +58,8 @@ def build_defs(owners: Sequence[str] = (), build_node: str | None = None) -> dg.
     )
 
 
-_site = site_at_load()
+_site = site_at_load()  # read once: owners and the build node's pool both come from it
 defs = build_defs(
-    owners=location_owners("jovian"),
+    owners=location_owners(_site, "jovian"),
     build_node=_site.jovian.build_node if _site and _site.jovian else None,
 )

@@ -6,23 +6,15 @@ names a web page for it, a ``<key>_url`` entry next to it makes the UI show a li
 
 from __future__ import annotations
 
-import re
-
 import dagster as dg
 
+from resources.secrets import without_credentials
 from resources.site import LinksSection
-
-# Credentials in a remote URL (https://user:token@host/...) must not decide, or leak into, a link.
-_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-
-
-def _public(remote: str) -> str:
-    return _USERINFO.sub(lambda m: m.group("scheme"), remote)
 
 
 def commit_url(links: LinksSection, remote: str, sha: str) -> str | None:
     """The page of `sha` in `remote`, from the first ``[[links.commit]]`` whose prefix matches."""
-    url = _public(remote)
+    url = without_credentials(remote)  # credentials in a remote must not decide, or leak into, a link
     for rule in links.commit:
         if url.startswith(rule.remote):
             path = url[len(rule.remote) :].strip("/").removesuffix(".git")

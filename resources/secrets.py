@@ -30,6 +30,11 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return out
 
 
+def without_credentials(url: str) -> str:
+    """`url` with any `user:token@` userinfo removed (not masked): for links and matching, never for logs."""
+    return _URL_USERINFO.sub(lambda m: m.group("scheme"), url)
+
+
 def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
     """A command line fit for a log: every argument passed through `redact`."""
     secrets = list(secrets)

@@ -12,11 +12,19 @@ import re
 import string
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import dagster as dg
 from dagster._core.definitions.utils import is_valid_owner
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
 
 from resources.errors import FileFormatError, LockstepError
 from resources.tomlfile import key_line, load_toml
@@ -43,12 +51,15 @@ class _Table(BaseModel):
         return value
 
 
-def _check_owners(value: list[str] | None) -> list[str] | None:
+def _check_owners(value: list[str]) -> list[str]:
     # Dagster's own rule, so a bad owner fails here with file:line rather than at definitions load.
-    for owner in value or []:
+    for owner in value:
         if not is_valid_owner(owner):
             raise ValueError(f"owner {owner!r} must be an email address or 'team:<name>'")
     return value
+
+
+Owners = Annotated[list[str], AfterValidator(_check_owners)]
 
 
 class SiteSection(_Table):
@@ -59,14 +70,9 @@ class SiteSection(_Table):
         default="lockstep <lockstep@localhost>",
         description="Author of the commits lockstep pushes (re-locks, profiles).",
     )
-    owners: list[str] = Field(
+    owners: Owners = Field(
         default_factory=list, description="Owners of every asset: emails or 'team:<name>' (as Dagster requires)."
     )
-
-    @field_validator("owners")
-    @classmethod
-    def _owners(cls, value: list[str]) -> list[str]:
-        return _check_owners(value)
 
     @field_validator("commit_author")
     @classmethod
@@ -162,12 +168,7 @@ class TpuSection(_Table):
         default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
     )
     auto_promote: bool = Field(default=False, description="Promote each newly verified build (never while on hold).")
-    owners: list[str] | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
-
-    @field_validator("owners")
-    @classmethod
-    def _owners(cls, value: list[str] | None) -> list[str] | None:
-        return _check_owners(value)
+    owners: Owners | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
 
     @field_validator("harbor_branch", "consumer_branch")
     @classmethod
@@ -220,12 +221,7 @@ class JovianSection(_Table):
     poll_s: float = Field(default=30.0, gt=0)
     boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
     lane: LaneSection | None = None
-    owners: list[str] | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
-
-    @field_validator("owners")
-    @classmethod
-    def _owners(cls, value: list[str] | None) -> list[str] | None:
-        return _check_owners(value)
+    owners: Owners | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
 
     @field_validator("lab_branch", "build_branch")
     @classmethod
@@ -440,9 +436,8 @@ def site_at_load() -> SiteConfig | None:
     return load_site(explicit or None)
 
 
-def location_owners(location: Literal["tpu", "jovian"]) -> list[str]:
-    """Owners for a code location's assets, from the site file at load time (none without one)."""
-    site = site_at_load()
+def location_owners(site: SiteConfig | None, location: Literal["tpu", "jovian"]) -> list[str]:
+    """Owners for a code location's assets from the site read at load time (none without one)."""
     return site.owners(location) if site else []
 
 

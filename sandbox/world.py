@@ -19,7 +19,14 @@ import git
 import tomli_w
 from pydantic import BaseModel
 
-from resources.site import IrisSection, RegistrySection, SiteConfig, SiteSection, TpuSection, load_site
+from resources.site import (
+    IrisSection,
+    RegistrySection,
+    SiteConfig,
+    SiteSection,
+    TpuSection,
+    load_site,
+)
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
 from sandbox.fake_iris import install_fake_iris
@@ -37,6 +44,9 @@ SMOKE_COMMAND = [
     'PYTHONPATH="$IMAGE_ROOT/opt/openthoughts/.venv/lib/python3.12/site-packages" python3 -c '
     '"import harbor.job, importlib.metadata as m; print(\'harbor\', m.version(\'harbor\'))"',
 ]
+
+
+SANDBOX_OWNERS = ["team:ml-infra"]
 
 
 class Sandbox(BaseModel):
@@ -142,7 +152,7 @@ def _create_consumer(sb: Sandbox, harbor_sha: str) -> str:
 def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
     """The sandbox's site: local repos, the fake iris, and an image-layout registry (or `registry` host:port)."""
     return SiteConfig(
-        site=SiteSection(name="sandbox", owners=["team:ml-infra"]),
+        site=SiteSection(name="sandbox", owners=SANDBOX_OWNERS),
         tpu=TpuSection(
             harbor_repo=sb.url(sb.harbor),
             harbor_branch=HARBOR_BRANCH,

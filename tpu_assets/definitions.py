@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from resources.git import GitRemotes
-from resources.site import SiteResource, location_owners, with_owners
+from resources.site import SiteResource, location_owners, site_at_load, with_owners
 from resources.uv import UvCli
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
@@ -61,4 +61,4 @@ def build_defs(owners: Sequence[str] = ()) -> dg.Definitions:
     )
 
 
-defs = build_defs(location_owners("tpu"))
+defs = build_defs(location_owners(site_at_load(), "tpu"))
