@@ -27,29 +27,25 @@ from jovian_assets.node_assets import node_pool
 from sandbox.fake_iris import stop_all
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
 from sandbox.world import Sandbox, advance_harbor
+from tests.deploy.instance import PRODUCTION_YAML, write_production_home
 from tests.jovian.lab import Lab
 from tests.postgres_server import PostgresServer
 from tests.runs import Pipeline, failure_message
 from tests.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
 
 DEMO_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"
-PRODUCTION_YAML = ROOT / "deploy" / "docker" / "dagster.yaml"
 RUN_TIMEOUT_S = 300.0
 
 
 @pytest.fixture
-def home(sb: Sandbox, tmp_path: Path, postgres: PostgresServer) -> Path:
-    """A DAGSTER_HOME with production's queue and concurrency rules (deploy/docker/dagster.yaml) on a real
-    Postgres; runs are local processes (no Docker engine here)."""
-    production = yaml.safe_load(PRODUCTION_YAML.read_text(encoding="utf-8"))
-    config = {
-        "storage": {"postgres": {"postgres_url": postgres.fresh_database("concurrency").url}},
-        "run_coordinator": production["run_coordinator"],
-        "concurrency": production["concurrency"],
-    }
+def home(sb: Sandbox, tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A DAGSTER_HOME with production's instance config (deploy/docker/dagster.yaml: Postgres storage, queue
+    and pool rules) on a real Postgres; runs are local processes (no Docker engine here). The
+    `DAGSTER_POSTGRES_*` it reads are set here, so the in-process instance and every process this test
+    starts (dagster dev, lockstep pools) see them."""
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    for name, value in write_production_home(home, postgres.fresh_database("concurrency")).items():
+        monkeypatch.setenv(name, value)
     return home
 
 

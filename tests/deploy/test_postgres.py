@@ -18,19 +18,17 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from resources.git import GitRemotes
 from resources.site import SiteResource
 from resources.uv import UvCli
 from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, advance_harbor, up
+from tests.deploy.instance import write_production_home
 from tests.postgres_server import PgDatabase, PostgresServer
 from tests.runs import Pipeline, failure_message
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY_INSTANCE = REPO / "deploy" / "docker" / "dagster.yaml"
 POSTGRES_STORAGE = {"run_storage": "PostgresRunStorage", "event_log_storage": "PostgresEventLogStorage",
                     "schedule_storage": "PostgresScheduleStorage"}
 
@@ -48,20 +46,6 @@ class History:
     digests: dict[str, str]
 
 
-def _pg_env(db: PgDatabase) -> dict[str, str]:
-    # Trust auth on 127.0.0.1: the password is empty, but the deployment's config names it, so it is set.
-    return {"DAGSTER_POSTGRES_USER": db.user, "DAGSTER_POSTGRES_PASSWORD": "", "DAGSTER_POSTGRES_HOST": db.host,
-            "DAGSTER_POSTGRES_DB": db.db, "DAGSTER_POSTGRES_PORT": str(db.port)}
-
-
-def _write_instance(home: Path) -> None:
-    """$DAGSTER_HOME/dagster.yaml with the deployment's storage and pools, none of its Docker parts."""
-    deploy = yaml.safe_load(DEPLOY_INSTANCE.read_text())
-    config = {"storage": deploy["storage"], "concurrency": deploy["concurrency"], "telemetry": {"enabled": False}}
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-
-
 def _sqlite_files(home: Path) -> list[Path]:
     return [p for p in home.rglob("*") if p.suffix in {".db", ".sqlite"}]
 
@@ -73,8 +57,7 @@ def history(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) 
     tmp = tmp_path_factory.mktemp("pg-pipeline")
     db = postgres.fresh_database("tpu_pipeline")
     home = tmp / "dagster_home"
-    _write_instance(home)
-    env = _pg_env(db)
+    env = write_production_home(home, db)
     sb = up(tmp / "sandbox")
     resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp / "cache"), timeout_s=60),
                  "uv": UvCli(timeout_s=120)}
