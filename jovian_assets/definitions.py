@@ -1,10 +1,8 @@
 """The `jovian` code location: GPU serving images from the lab's source locks (runbook 004_43dc16d711c37290)."""
 
-from collections.abc import Sequence
-
 import dagster as dg
 
-from jovian_assets.assets import (
+from jovian_assets.adoption_assets import (
     adopt_lab_rev,
     build_profile,
     dep_table,
@@ -23,7 +21,15 @@ from jovian_assets.node_assets import (
 )
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
-from resources.site import SiteResource, location_owners, site_at_load, with_owners
+from resources.site import (
+    SiteConfig,
+    location_owners,
+    needs_site,
+    site_at_load,
+    site_resource,
+    with_owners,
+)
+from resources.spark import spark_for
 from sensors.lab_revs import build_lab_rev_sensor
 
 # Non-idempotent: a retry would restart an hours-long build and file a second bench report.
@@ -37,8 +43,19 @@ build_jovian_rev = dg.define_asset_job(
 )
 
 
-def build_defs(owners: Sequence[str] = (), build_node: str | None = None) -> dg.Definitions:
-    """The location's definitions; `owners` go on every asset, and `jovian/image` is in `build_node`'s pool."""
+def jovian_resources(site: SiteConfig | None) -> dict[str, object]:
+    """The outside systems, built from the site file the location loaded (secrets as dg.EnvVar)."""
+    return {
+        "site": site_resource(site),
+        "git": GitRemotes(),
+        "spark": spark_for(site, env_vars=True) if site and site.spark else needs_site("spark"),
+    }
+
+
+def build_defs(site: SiteConfig | None) -> dg.Definitions:
+    """The location's definitions from the site file read at load: owners on every asset, `jovian/image`
+    in the build node's pool (pools are fixed at definition time), the resources."""
+    build_node = site.jovian.build_node if site and site.jovian else None
     image = build_image_asset(pool=node_pool(build_node or "build"))
     assets = [
         source_lock,
@@ -51,15 +68,11 @@ def build_defs(owners: Sequence[str] = (), build_node: str | None = None) -> dg.
         bench_report,
     ]
     return dg.Definitions(
-        assets=with_owners(assets, owners),
+        assets=with_owners(assets, location_owners(site, "jovian")),
         jobs=[adopt_lab_rev, build_jovian_rev],
         sensors=[build_lab_rev_sensor(job_name=adopt_lab_rev.name, partitions_def=lab_revs)],
-        resources={"site": SiteResource(), "git": GitRemotes()},
+        resources=jovian_resources(site),
     )
 
 
-_site = site_at_load()  # read once: owners and the build node's pool both come from it
-defs = build_defs(
-    owners=location_owners(_site, "jovian"),
-    build_node=_site.jovian.build_node if _site and _site.jovian else None,
-)
+defs = build_defs(site_at_load())

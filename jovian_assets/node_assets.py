@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from jovian_assets.assets import DEP_TREES, _check, _jovian, _table
+from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
 from jovian_assets.node_build import (
     CHECKSUM_LABEL,
@@ -29,7 +29,7 @@ from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.site import SiteResource
-from resources.spark import spark_for
+from resources.spark import SparkNodes
 
 IMAGE = dg.AssetKey(["jovian", "image"])
 DISTRIBUTED = dg.AssetKey(["jovian", "distributed_image"])
@@ -39,13 +39,13 @@ IMAGE_LABELED = "image_labeled"
 QUALITY_GATE = "quality_not_below_baseline"
 
 
-def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
-                   build_profile: BuildProfile, dep_trees: DepTrees) -> Iterator[dg.Output[NodeImage] | dg.AssetCheckResult]:
+def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,
+                   source_lock: AdoptedLock, build_profile: BuildProfile,
+                   dep_trees: DepTrees) -> Iterator[dg.Output[NodeImage] | dg.AssetCheckResult]:
     config = site.config()
     jovian = _jovian(site)
     if config.spark is None or jovian.build_node is None:
         raise NodeBuildFailed(f"{config.path}: [spark] nodes and [jovian].build_node are needed to build on a node")
-    spark = spark_for(config)
     rev, node = context.partition_key, jovian.build_node
     tag = jovian.image_tag.format(rev=rev)
     # A fresh context dir per attempt; log and lock live beside it, never inside the shipped context.
@@ -122,9 +122,9 @@ def build_image_asset(pool: str) -> dg.AssetsDefinition:
             "for the image ID (the config digest) and labels. Builds never overlap on a node (one pool per node: `spark_node/<node>`, limit 1)."
         ),
     )
-    def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
-              build_profile: BuildProfile, dep_trees: DepTrees):
-        yield from _build_on_node(context, site, git, source_lock, build_profile, dep_trees)
+    def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,
+              source_lock: AdoptedLock, build_profile: BuildProfile, dep_trees: DepTrees):
+        yield from _build_on_node(context, site, git, spark, source_lock, build_profile, dep_trees)
 
     return image
 
@@ -141,12 +141,12 @@ def build_image_asset(pool: str) -> dg.AssetsDefinition:
         "registry digest: `docker load` keeps only the config digest). A mismatch or partial load fails, naming the node."
     ),
 )
-def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, image: NodeImage) -> dg.Output[Distribution]:
+def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, spark: SparkNodes,
+                      image: NodeImage) -> dg.Output[Distribution]:
     config = site.config()
     jovian = _jovian(site)
     if jovian.lane is None:
         raise NodeBuildFailed(f"{config.path}: no [jovian.lane]: nothing to distribute to")
-    spark = spark_for(config)
     piped = spark.pipe(src=image.node, src_argv=["docker", "save", image.tag],
                        dsts=jovian.lane.nodes, dst_argv=["docker", "load"])
     ids = {node: inspect_image(spark, node=node, tag=image.tag)["Id"] for node in jovian.lane.nodes}
@@ -175,13 +175,13 @@ def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, ima
         "to `recipes/<lane>/reports/<UTC-stamp>_<label>.md` in the build repo, committed and pushed fast-forward."
     ),
 )
-def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, image: NodeImage):
+def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,
+                 image: NodeImage):
     config = site.config()
     jovian = _jovian(site)
     lane = jovian.lane
     if lane is None:
         raise NodeBuildFailed(f"{config.path}: no [jovian.lane] to bench")
-    spark = spark_for(config)
     node = lane.nodes[0]
     runs = {}
     for label, argv in (("quality", lane.bench_quality), ("perf", lane.bench_perf)):

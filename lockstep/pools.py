@@ -11,7 +11,7 @@ import dagster as dg
 
 from jovian_assets.node_assets import node_pool
 from resources.site import SiteConfig
-from tpu_assets.image import IRIS_POOL
+from tpu_assets.image_assets import IRIS_POOL
 from tpu_assets.promotion import TAG_MOVES_POOL
 
 

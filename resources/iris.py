@@ -41,13 +41,16 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import BaseModel, Field, model_validator
 
 from resources.errors import LockstepError
-from resources.secrets import MASK, redact, redact_argv, secret_values
+from resources.secrets import MASK, redact, redact_argv
+
+if TYPE_CHECKING:
+    from resources.site import SiteConfig
 
 
 class IrisError(LockstepError):
@@ -210,6 +213,14 @@ class IrisCli(dg.ConfigurableResource):
         default_factory=list,
         description="Names of more environment variables whose values are masked in everything this resource says.",
     )
+    docker_token_env: str | None = Field(
+        default=None, description="NAME of the env var with the kaniko push token (ghcr: a GitHub PAT)."
+    )
+    docker_token: str | None = Field(
+        default=None,
+        description="The push token, as a dg.EnvVar of docker_token_env when wired in Definitions; unset: "
+        "read $docker_token_env at submit time.",
+    )
 
     @model_validator(mode="after")
     def _poll_bounds_ordered(self) -> IrisCli:
@@ -219,9 +230,16 @@ class IrisCli(dg.ConfigurableResource):
 
     # ---- command lines -------------------------------------------------------------------------
 
+    def _secret(self, var: str) -> str:
+        """The value of the secret named `var`: the resource's own token for its variable, else the env."""
+        if var == self.docker_token_env and self.docker_token:
+            return self.docker_token
+        return os.environ.get(var, "")
+
     def _secrets(self, spec: JobSpec | None = None) -> list[str]:
         names = [*self.redact_env, *(spec.secret_env.values() if spec else ())]
-        return secret_values(names)
+        own = [self.docker_token] if self.docker_token else []
+        return [*own, *(v for name in names if (v := self._secret(name)))]
 
     def _render(self, spec: JobSpec, secret: Callable[[str, str], str]) -> list[str]:
         """The argv, `secret(key, var)` giving what stands for each secret value."""
@@ -251,7 +269,7 @@ class IrisCli(dg.ConfigurableResource):
         """
 
         def read(key: str, var: str) -> str:
-            value = os.environ.get(var, "")
+            value = self._secret(var)
             if not value:
                 raise IrisError(
                     f"job {spec.name}: -e {key} comes from environment variable {var}, which is not set or empty; "
@@ -432,3 +450,20 @@ class IrisCli(dg.ConfigurableResource):
             _sleep(min(delay, remaining))
             delay = min(delay * 2, self.poll_max_s)
 
+
+
+def iris_for(site: SiteConfig, *, env_vars: bool = False) -> IrisCli:
+    """The iris CLI the site names (a path with a '/' is relative to the site file).
+
+    `env_vars`: the push token as ``dg.EnvVar`` (for Definitions); otherwise read at submit time.
+    """
+    if site.iris is None:
+        raise LockstepError(f"{site.path}: no [iris] table: lockstep needs it to build and smoke images")
+    section = site.iris
+    binary = str(site.resolve_path(section.binary)) if "/" in section.binary else section.binary
+    token_env = section.docker_token_env
+    return IrisCli(
+        binary=binary, cluster=section.cluster, poll_min_s=section.poll_min_s, poll_max_s=section.poll_max_s,
+        redact_env=site.secret_env_names(), docker_token_env=token_env,
+        docker_token=dg.EnvVar(token_env) if env_vars and token_env else None,
+    )

@@ -39,7 +39,7 @@ import urllib3
 from pydantic import BaseModel, Field, PrivateAttr
 
 from resources.errors import LockstepError
-from resources.secrets import redact, secret_values
+from resources.secrets import redact
 
 if TYPE_CHECKING:
     from resources.site import SiteConfig
@@ -834,6 +834,11 @@ class HttpRegistry(Registry):
     host: str = Field(description="host[:port], e.g. ghcr.io or 127.0.0.1:5000")
     username: str | None = None
     token_env: str | None = Field(default=None, description="NAME of the env var holding the token/password")
+    token: str | None = Field(
+        default=None,
+        description="The token itself, as a dg.EnvVar of token_env when wired in Definitions; unset: read "
+        "$token_env when the registry asks for a login.",
+    )
     timeout_s: float = 60.0
 
     _session: requests.Session | None = PrivateAttr(default=None)
@@ -950,8 +955,11 @@ class HttpRegistry(Registry):
             self._session = session
         return self._session
 
+    def _token(self) -> str:
+        return self.token or (os.environ.get(self.token_env, "") if self.token_env else "")
+
     def _secrets(self) -> list[str]:
-        values = secret_values([self.token_env]) if self.token_env else []
+        values = [t] if (t := self._token()) else []
         if values:
             values.append(base64.b64encode(f"{self._user()}:{values[0]}".encode()).decode())
         return [*values, *self._bearers]
@@ -1019,9 +1027,9 @@ class HttpRegistry(Registry):
         return True
 
     def _credentials(self, where: str) -> tuple[str, str] | None:
-        if not self.token_env:
+        if not self.token_env and not self.token:
             return None
-        value = os.environ.get(self.token_env, "")
+        value = self._token()
         if not value:
             raise RegistryError(
                 f"{where}: the registry wants a login and token_env names ${self.token_env}, which is unset "
@@ -1287,12 +1295,18 @@ def _atomic_write(path: Path, data: bytes) -> None:
 # -- choosing a backend from the site file ---------------------------------------------------------
 
 
-def registry_for(site: SiteConfig) -> Registry:
+def registry_for(site: SiteConfig, *, env_vars: bool = False) -> Registry:
     """The registry a site file names: ``[registry] kind = "layout"`` is a directory (relative to the
-    site file), ``kind = "http"`` is the host of ``[tpu].image`` with the site's user and token env var."""
+    site file), ``kind = "http"`` is the host of ``[tpu].image`` with the site's user and token env var.
+
+    `env_vars`: the token as ``dg.EnvVar`` (for Definitions, so the UI shows the variable's name and
+    Dagster resolves it per run); otherwise it is read from the environment when first needed.
+    """
     section = site.registry
     if section.kind == "layout":
         return LayoutRegistry(root=str(site.resolve_path(section.layout_dir)))
+    token = dg.EnvVar(section.token_env) if env_vars and section.token_env else None
     return HttpRegistry(
-        host=ImageRef.parse(site.tpu.image).registry, username=section.username, token_env=section.token_env
+        host=ImageRef.parse(site.tpu.image).registry, username=section.username, token_env=section.token_env,
+        token=token,
     )

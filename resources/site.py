@@ -7,6 +7,7 @@ and the values are read when needed, never written back or logged.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import string
@@ -346,11 +347,17 @@ class SiteConfig(_Table):
     spark: SparkSection | None = None
     links: LinksSection = Field(default_factory=LinksSection)
     _path: Path = PrivateAttr(default=Path("site.toml"))
+    _digest: str = PrivateAttr(default="")
 
     @property
     def path(self) -> Path:
         """The file this config was read from."""
         return self._path
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the file's bytes as read: tells a run whether the file changed since a location loaded."""
+        return self._digest
 
     def resolve_path(self, value: str) -> Path:
         """A path from the site file: relative ones are relative to the file itself."""
@@ -413,13 +420,19 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
             else f"check {SITE_ENV}"
         )
         raise LockstepError(f"{site_path}: no site file here ({hint})")
-    text = site_path.read_text(encoding="utf-8")
+    raw = site_path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FileFormatError(site_path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
     data = load_toml(site_path, text)
     try:
         config = SiteConfig.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, site_path, text) from None
     config._path = site_path.resolve()
+    config._digest = hashlib.sha256(raw).hexdigest()
     return config
 
 
@@ -448,11 +461,62 @@ def with_owners(assets: Sequence[dg.AssetsDefinition], owners: Sequence[str]) ->
     return list(dg.map_asset_specs(lambda spec: spec.replace_attributes(owners=list(owners)), assets))
 
 
+class SiteChanged(LockstepError):
+    """The site file differs from the one the code location loaded its resources from."""
+
+
 class SiteResource(dg.ConfigurableResource):
-    """The site file, loaded when a run or sensor tick first needs it (never at import time)."""
+    """The site file, loaded when a run or sensor tick first needs it (never at import time).
+
+    Read once per run (or tick) and kept: every step of a run sees the same site. When the code
+    location built its resources (registry, iris, Spark nodes) from the site at load,
+    `loaded_digest` is that file's sha256, and a run refuses a file that changed since: the run's
+    site and its resources would disagree.
+    """
 
     path: str = Field(default="", description="Site TOML; empty means $LOCKSTEP_SITE or .sandbox/site.toml.")
+    loaded_digest: str = Field(
+        default="", description="sha256 of the site file when the code location loaded; empty: not checked."
+    )
+
+    _cached: SiteConfig | None = PrivateAttr(default=None)
+    _cache: bool = PrivateAttr(default=False)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Only an instance initialized for one run or tick keeps what it read.
+        self._cache = True
 
     def config(self) -> SiteConfig:
-        """Load and validate the site file (a small local read; no network)."""
-        return load_site(self.path or None)
+        """The validated site file (a small local read; no network), read once per run."""
+        if self._cached is not None:
+            return self._cached
+        config = load_site(self.path or None)
+        if self.loaded_digest and config.digest != self.loaded_digest:
+            raise SiteChanged(
+                f"{config.path} changed since this code location loaded it: the registry, iris and node "
+                "resources were built from the old file. Reload the code location (UI: Deployment -> "
+                "Reload), then run again"
+            )
+        if self._cache:
+            self._cached = config
+        return config
+
+
+def site_resource(site: SiteConfig | None) -> SiteResource:
+    """The site resource of a code location: pinned to the file it loaded, when there was one."""
+    if site is None:
+        return SiteResource()
+    return SiteResource(path=str(site.path), loaded_digest=site.digest)
+
+
+def needs_site(resource: str) -> dg.ResourceDefinition:
+    """Stands in for a resource built from the site file when there was none as the location loaded."""
+
+    def missing(_: dg.InitResourceContext) -> None:
+        raise LockstepError(
+            f"resource {resource!r} is built from the site file when the code location loads, and there was "
+            f"none (${SITE_ENV} unset and no {DEFAULT_SITE}): run `lockstep sandbox up` or set {SITE_ENV}, "
+            "then reload the code location"
+        )
+
+    return dg.ResourceDefinition(resource_fn=missing, description=f"{resource}: needs a site file at load")

@@ -832,6 +832,10 @@ class SparkNodes(dg.ConfigurableResource):
     known_hosts: str = Field(default="~/.ssh/known_hosts", description="Host keys to verify against; never written.")
     key_path: str | None = Field(default=None, description="Private key file; none: the ssh agent and ~/.ssh keys.")
     passphrase_env: str | None = Field(default=None, description="NAME of the env var with the key's passphrase.")
+    passphrase: str | None = Field(
+        default=None, description="The passphrase, as a dg.EnvVar of passphrase_env when wired in Definitions; "
+        "unset: read $passphrase_env when the key is loaded.",
+    )
     connect_timeout_s: float = Field(default=15.0, gt=0)
     command_timeout_s: float = Field(
         default=600.0, gt=0, description="Default timeout of `run`; for bulk streams, the longest stall allowed."
@@ -863,12 +867,15 @@ class SparkNodes(dg.ConfigurableResource):
     # -- plumbing --
 
     def _secrets(self) -> list[str]:
-        return secret_values([*(e for e in (self.passphrase_env,) if e), *self.redact_env])
+        own = [p] if (p := self._passphrase()) else []
+        return [*own, *secret_values(self.redact_env)]
 
     def _say(self, text: str) -> str:
         return redact(text, self._secrets())
 
     def _passphrase(self) -> str | None:
+        if self.passphrase:
+            return self.passphrase
         if not self.passphrase_env:
             return None
         return os.environ.get(self.passphrase_env) or None
@@ -1324,9 +1331,12 @@ class SparkNodes(dg.ConfigurableResource):
         )
 
 
-def spark_for(site: SiteConfig) -> SparkNodes:
+def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
     """The SparkNodes a site file describes: its [spark] table, with `root` of local nodes, the
-    known_hosts file and the key path resolved against the site file's directory."""
+    known_hosts file and the key path resolved against the site file's directory.
+
+    `env_vars`: the passphrase as ``dg.EnvVar`` (for Definitions); otherwise read when the key loads.
+    """
     section = site.spark
     if section is None:
         raise LockstepError(f"{site.path}: no [spark] table; add one with the nodes (see [[spark.nodes]])")
@@ -1341,6 +1351,7 @@ def spark_for(site: SiteConfig) -> SparkNodes:
         known_hosts=str(site.resolve_path(section.known_hosts)),
         key_path=str(site.resolve_path(section.key_path)) if section.key_path else None,
         passphrase_env=section.passphrase_env,
+        passphrase=dg.EnvVar(section.passphrase_env) if env_vars and section.passphrase_env else None,
         connect_timeout_s=section.connect_timeout_s,
         command_timeout_s=section.command_timeout_s,
         keepalive_s=section.keepalive_s,

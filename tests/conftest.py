@@ -9,7 +9,10 @@ import git
 import pytest
 
 from resources.git import GitRemotes
-from resources.site import SiteResource
+from resources.iris import iris_for
+from resources.registry import registry_for
+from resources.site import SiteResource, load_site
+from resources.spark import spark_for
 from resources.uv import UvCli
 from sandbox.world import AUTHOR, CONSUMER_BRANCH, Sandbox, up
 
@@ -19,13 +22,22 @@ def sb(tmp_path: Path) -> Sandbox:
     return up(tmp_path / "sandbox")
 
 
-@pytest.fixture
-def resources(sb: Sandbox, tmp_path: Path) -> dict[str, object]:
+def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:
+    """What both code locations' Definitions wire, built from the sandbox's site file (as at load)."""
+    site = load_site(sb.site_file)
     return {
         "site": SiteResource(path=str(sb.site_file)),
-        "git": GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=60),
+        "git": GitRemotes(cache_dir=str(cache), timeout_s=60),
         "uv": UvCli(timeout_s=120),
+        "registry": registry_for(site),
+        "iris": iris_for(site),
+        "spark": spark_for(site),
     }
+
+
+@pytest.fixture
+def resources(sb: Sandbox, tmp_path: Path) -> dict[str, object]:
+    return sandbox_resources(sb, tmp_path / "cache")
 
 
 def remote_head(bare: Path, branch: str = CONSUMER_BRANCH) -> str:

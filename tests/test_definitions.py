@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from jovian_assets.definitions import defs as jovian_defs
 from sandbox.world import Sandbox, advance_harbor
@@ -111,3 +112,50 @@ def test_a_broken_site_file_fails_the_location_load_naming_file_and_line(sb: San
     loaded = load_locations(sb.site_file, tmp_path)
     assert loaded.returncode != 0
     assert f"{sb.site_file}:{line}: [site] owners: owner 'ML infra' must be an email address" in loaded.stderr
+
+
+def test_resources_are_built_from_the_site_at_load_with_secrets_as_env_vars(sb: Sandbox) -> None:
+    from resources.iris import IrisCli
+    from resources.registry import HttpRegistry
+    from resources.site import load_site
+    from tpu_assets.definitions import tpu_resources
+
+    text = sb.site_file.read_text()
+    text = text.replace('[registry]\nkind = "layout"', '[registry]\nkind = "http"\ntoken_env = "GHCR_READ_TOKEN"', 1)
+    text = text.replace('docker_user = "sandbox"', 'docker_user = "sandbox"\ndocker_token_env = "GHCR_PUSH_TOKEN"', 1)
+    sb.site_file.write_text(text)
+    site = load_site(sb.site_file)
+    wired = tpu_resources(site)
+    registry, iris = wired["registry"], wired["iris"]
+    assert isinstance(registry, HttpRegistry) and isinstance(iris, IrisCli)
+    # The UI's Resources tab and run config show the variable's NAME; Dagster resolves the value per run.
+    assert isinstance(registry.token, dg.EnvVar) and registry.token == "GHCR_READ_TOKEN"
+    assert isinstance(iris.docker_token, dg.EnvVar) and iris.docker_token == "GHCR_PUSH_TOKEN"
+    assert wired["site"].loaded_digest == site.digest  # type: ignore[attr-defined]
+
+
+def test_a_run_refuses_a_site_file_that_changed_since_the_location_loaded(sb: Sandbox) -> None:
+    from resources.site import SiteChanged, load_site, site_resource
+
+    resource = site_resource(load_site(sb.site_file))
+    assert resource.config().tpu.floating_tag == "tpu"
+    sb.site_file.write_text(sb.site_file.read_text().replace('cluster = "sandbox"', 'cluster = "elsewhere"'))
+    with pytest.raises(SiteChanged, match=r"changed since this code location loaded it.*Reload the code location"):
+        resource.config()
+
+
+def test_without_a_site_file_at_load_a_run_says_what_to_do(tmp_path: Path) -> None:
+    from tpu_assets.definitions import build_defs
+    from tpu_assets.image_assets import IMAGE
+
+    defs = build_defs(None)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("tpu_builds", ["0" * 40])
+        result = dg.materialize(
+            [*(defs.assets or [])], selection=[IMAGE], partition_key="0" * 40,
+            resources=defs.resources, instance=instance, raise_on_error=False,
+        )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_failure)
+    text = str(failure.event_specific_data)
+    assert "built from the site file when the code location loads" in text and "lockstep sandbox up" in text

@@ -20,14 +20,15 @@ from typing import Any
 import dagster as dg
 
 from jovian_assets.definitions import build_defs as jovian_defs
-from sandbox.jovian_world import BUILD_NODE
-from sandbox.world import SANDBOX_OWNERS
+from sandbox.world import Sandbox, site_config
 from tpu_assets.definitions import build_defs as tpu_defs
 
 SNAPSHOT = Path(__file__).resolve().parent / "snapshots" / "asset_graph.json"
 # Owners and the build node's pool come from the site file when a location loads; the snapshot pins
-# the sandbox's, so it does not depend on which site file (if any) the machine running the test has.
-LOCATIONS = {"tpu": tpu_defs(SANDBOX_OWNERS), "jovian": jovian_defs(SANDBOX_OWNERS, build_node=BUILD_NODE)}
+# the sandbox's (built in memory, nothing on disk), so it does not depend on which site file (if any)
+# the machine running the test has.
+_SITE = site_config(Sandbox(root=Path("/sandbox")))
+LOCATIONS = {"tpu": tpu_defs(_SITE), "jovian": jovian_defs(_SITE)}
 
 
 def _partitions(partitions_def: dg.PartitionsDefinition | None) -> str | None:

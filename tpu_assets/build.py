@@ -20,15 +20,6 @@ class BuildFailed(LockstepError):
     """The build job did not end in `succeeded`, or the registry does not hold what it claims to have pushed."""
 
 
-def iris_for(site: SiteConfig) -> IrisCli:
-    """The iris CLI the site names (a path with a '/' is relative to the site file)."""
-    if site.iris is None:
-        raise LockstepError(f"{site.path}: no [iris] table: lockstep needs it to build and smoke images")
-    binary = str(site.resolve_path(site.iris.binary)) if "/" in site.iris.binary else site.iris.binary
-    return IrisCli(binary=binary, cluster=site.iris.cluster, poll_min_s=site.iris.poll_min_s,
-                   poll_max_s=site.iris.poll_max_s, redact_env=site.secret_env_names())
-
-
 def gitsha_of(commit: str) -> str:
     """The runbook's `git rev-parse --short HEAD`, fixed at 8 hex so tags are predictable."""
     return commit[:8]

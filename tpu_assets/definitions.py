@@ -1,16 +1,23 @@
 """The `tpu` code location: the TPU runtime image graph (runbook 000_42bc23b59d697b5b)."""
 
-from collections.abc import Sequence
-
 import dagster as dg
 
 from resources.git import GitRemotes
-from resources.site import SiteResource, location_owners, site_at_load, with_owners
+from resources.iris import iris_for
+from resources.registry import registry_for
+from resources.site import (
+    SiteConfig,
+    location_owners,
+    needs_site,
+    site_at_load,
+    site_resource,
+    with_owners,
+)
 from resources.uv import UvCli
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
-from tpu_assets.image import image, smoke, verified_image
-from tpu_assets.lock import (
+from tpu_assets.image_assets import image, smoke, verified_image
+from tpu_assets.lock_assets import (
     HARBOR_HEAD,
     harbor_head,
     harbor_lock,
@@ -19,7 +26,7 @@ from tpu_assets.lock import (
     uv_lock_check,
 )
 from tpu_assets.partitions import tpu_builds
-from tpu_assets.promotion import (
+from tpu_assets.promotion_assets import (
     floating_tag,
     floating_tag_bakes_locked_harbor,
     promote_tpu,
@@ -39,11 +46,22 @@ build_tpu = dg.define_asset_job(
 )
 
 
-def build_defs(owners: Sequence[str] = ()) -> dg.Definitions:
-    """The location's definitions; `owners` (from the site file) go on every asset."""
+def tpu_resources(site: SiteConfig | None) -> dict[str, object]:
+    """The outside systems, built from the site file the location loaded (secrets as dg.EnvVar)."""
+    return {
+        "site": site_resource(site),
+        "git": GitRemotes(),
+        "uv": UvCli(),
+        "registry": registry_for(site, env_vars=True) if site else needs_site("registry"),
+        "iris": iris_for(site, env_vars=True) if site and site.iris else needs_site("iris"),
+    }
+
+
+def build_defs(site: SiteConfig | None) -> dg.Definitions:
+    """The location's definitions from the site file read at load: owners on every asset, resources."""
     return dg.Definitions(
         assets=with_owners(
-            [harbor_head, harbor_lock, image, smoke, verified_image, floating_tag], owners
+            [harbor_head, harbor_lock, image, smoke, verified_image, floating_tag], location_owners(site, "tpu")
         ),
         asset_checks=[
             lock_and_dockerfile_agree,
@@ -57,8 +75,8 @@ def build_defs(owners: Sequence[str] = ()) -> dg.Definitions:
             build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
             build_auto_promote_sensor(job_name=promote_tpu.name),
         ],
-        resources={"site": SiteResource(), "git": GitRemotes(), "uv": UvCli()},
+        resources=tpu_resources(site),
     )
 
 
-defs = build_defs(location_owners(site_at_load(), "tpu"))
+defs = build_defs(site_at_load())

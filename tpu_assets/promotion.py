@@ -1,36 +1,25 @@
-"""`tpu/floating_tag`: every move of the floating `:tpu` — its materialization history IS the promotion log.
+"""Promotion of the floating tag: the rules that need no Dagster run (planning, the CAS move).
 
-Promote moves the tag to a verified build by compare-and-swap, recording the pre-promote digest
-(the rollback target). Rollback promotes older verified freight chosen by `plan_rollback` and sets
-a hold; while a hold is set nothing promotes until a person releases it.
+The `tpu/floating_tag` asset (promotion_assets.py) calls these and records what they did.
 """
 
-from pathlib import Path
-from typing import Literal
+from __future__ import annotations
 
 import dagster as dg
-from pydantic import Field
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.links import commit_entries, digest_entries
-from resources.registry import ImageRef, Registry, registry_for
-from resources.site import SiteConfig, SiteResource
-from resources.uv import UvLock
-from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
-from tpu_assets.inspection import read_installed
-from tpu_assets.rollback import RollbackPlan, TagMove, current_state, plan_rollback
+from resources.registry import ImageRef, Registry
+from resources.site import SiteConfig
+from tpu_assets.history import tag_history, verified_history
+from tpu_assets.rollback import RollbackPlan, plan_rollback
+
+# One promote / rollback / release at a time: the registry has no conditional PUT for tags.
+TAG_MOVES_POOL = "tag_moves"
 
 
 class PromotionRefused(LockstepError):
     """A promote, rollback or hold release that would be wrong; the floating tag was not touched."""
-
-
-class FloatingTagConfig(dg.Config):
-    action: Literal["promote", "rollback", "release_hold"] = Field(description="What to do with the floating tag.")
-    build: str = Field(default="", description="promote/rollback: a tpu_builds partition (or its prefix); empty = choose.")
-    must_contain: str = Field(default="", description="rollback: a harbor commit the target must contain (the fix).")
-    note: str = Field(default="", description="Why, in a person's words; kept in the promotion log.")
 
 
 def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, registry: Registry, *,
@@ -49,131 +38,6 @@ def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, re
                          must_contain=required, explicit_build=build or None, contains=contains)
 
 
-def _move(registry: Registry, site: SiteConfig, *, to_digest: str, expect_from: str | None) -> str | None:
+def move_floating_tag(registry: Registry, site: SiteConfig, *, to_digest: str, expect_from: str | None) -> str | None:
     ref = ImageRef.parse(site.tpu.image)
     return registry.move_tag(repository=ref.repository, tag=site.tpu.floating_tag, to_digest=to_digest, expect_from=expect_from)
-
-
-# One promote / rollback / release at a time: the registry has no conditional PUT for tags.
-TAG_MOVES_POOL = "tag_moves"
-
-
-@dg.asset(
-    key=FLOATING_TAG,
-    deps=[VERIFIED_IMAGE],
-    group_name="tpu",
-    kinds={"oci"},
-    pool=TAG_MOVES_POOL,
-    code_version="1",
-    description=(
-        "The floating tag other users pull (site `[tpu].floating_tag`, `:tpu`). Each materialization is "
-        "one move: from-digest (the rollback target), to-digest, build, reason (promote / rollback / "
-        "release_hold) and the hold flag, so this asset's history is the promotion log. Moves are "
-        "compare-and-swap: if someone else moved the tag, nothing is written."
-    ),
-)
-def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, site: SiteResource, git: GitRemotes) -> dg.MaterializeResult:
-    cfg = site.config()
-    registry = registry_for(cfg)
-    repository = ImageRef.parse(cfg.tpu.image).repository
-    current = registry.resolve(repository=repository, reference=cfg.tpu.floating_tag)
-    _, hold = current_state(tag_history(context.instance))
-    plan_text = ""
-    if config.action == "release_hold":
-        if not hold:
-            raise PromotionRefused("there is no hold to release")
-        move = TagMove(action="release_hold", from_digest=current, to_digest=current, hold=False)
-    elif config.action == "promote":
-        if hold:
-            raise PromotionRefused(
-                f":{cfg.tpu.floating_tag} is on hold after a rollback: run release_tpu_hold first (nothing was moved)"
-            )
-        verified = verified_history(context.instance)
-        chosen = [v for v in verified if v.build.startswith(config.build)] if config.build else verified[:1]
-        if not chosen:
-            raise PromotionRefused(
-                f"build {config.build or '(newest)'} has no tpu/verified_image record: only verified builds are "
-                "promoted (build -> checks -> smoke -> verified first); nothing was moved"
-            )
-        target = chosen[0]
-        if target.digest == current:
-            raise PromotionRefused(f":{cfg.tpu.floating_tag} already points at {target.digest} (build {target.build[:8]})")
-        before = _move(registry, cfg, to_digest=target.digest, expect_from=current)
-        move = TagMove(action="promote", from_digest=before, to_digest=target.digest, build=target.build)
-    else:
-        plan = plan_for(cfg, context.instance, git, registry, must_contain=config.must_contain, build=config.build)
-        plan_text = plan.explain()
-        context.log.info(plan_text)
-        if plan.target is None:
-            raise PromotionRefused(f"rollback refused, nothing was moved:\n{plan_text}")
-        before = _move(registry, cfg, to_digest=plan.target.digest, expect_from=current)
-        move = TagMove(action="rollback", from_digest=before, to_digest=plan.target.digest, build=plan.target.build, hold=True)
-
-    summary = f"**{move.action}** `:{cfg.tpu.floating_tag}` {move.from_digest or 'nothing'} -> {move.to_digest}"
-    if move.build:
-        summary += f" (build {move.build[:8]})"
-    if move.hold:
-        summary += "\n\nHOLD set: nothing promotes until `release_tpu_hold` runs."
-    return dg.MaterializeResult(
-        data_version=dg.DataVersion(move.to_digest or "none"),
-        metadata={
-            "action": dg.MetadataValue.text(move.action),
-            **digest_entries(cfg.links, "from_digest", cfg.tpu.image, move.from_digest or ""),
-            **digest_entries(cfg.links, "to_digest", cfg.tpu.image, move.to_digest or ""),
-            **commit_entries(cfg.links, "build", cfg.tpu.consumer_repo, move.build or ""),
-            "hold": dg.MetadataValue.bool(move.hold),
-            "note": dg.MetadataValue.text(config.note),
-            "must_contain": dg.MetadataValue.text(config.must_contain),
-            "summary": dg.MetadataValue.md(summary + (f"\n\n```\n{plan_text}\n```" if plan_text else "")),
-        },
-    )
-
-
-def _action_job(name: str, action: str, description: str):  # type: ignore[no-untyped-def]
-    return dg.define_asset_job(
-        name,
-        selection=dg.AssetSelection.assets(FLOATING_TAG),
-        config={"ops": {"tpu__floating_tag": {"config": {"action": action}}}},
-        # Never retried by the daemon: a retried rollback would walk one build further back.
-        tags={"dagster/max_retries": "0"},
-        description=description,
-    )
-
-
-promote_tpu = _action_job("promote_tpu", "promote", "Move the floating tag to a verified build (newest, or `build`), compare-and-swap.")
-rollback_tpu = _action_job(
-    "rollback_tpu", "rollback",
-    "Move the floating tag back to a verified build that contains `must_contain` (or to `build`); refuses "
-    "no-op targets and sets a hold.",
-)
-release_tpu_hold = _action_job("release_tpu_hold", "release_hold", "Release the hold a rollback set, so promotions can resume.")
-
-
-@dg.asset_check(
-    asset=FLOATING_TAG,
-    description=(
-        "WARN when the harbor baked into the image at the floating tag differs from the consumer's current "
-        "uv.lock pin. Workers still run the locked harbor (they re-sync from the lock); this shows the "
-        "image is behind, so first-serve does a big reinstall. A rebuild is optional (runbook §7)."
-    ),
-)
-def floating_tag_bakes_locked_harbor(site: SiteResource, git: GitRemotes) -> dg.AssetCheckResult:
-    cfg = site.config()
-    tpu = cfg.tpu
-    registry = registry_for(cfg)
-    repository = ImageRef.parse(tpu.image).repository
-    installed = read_installed(registry, repository=repository, reference=tpu.floating_tag,
-                               site_packages=tpu.site_packages, package=tpu.harbor_package)
-    head = git.ls_remote(url=tpu.consumer_repo, branch=tpu.consumer_branch)
-    lock_text = git.show_file(url=tpu.consumer_repo, sha=head, path="uv.lock") if head else None
-    locked = UvLock.read(Path("uv.lock"), lock_text).git_package(tpu.harbor_package)[1].commit if lock_text else None
-    baked = installed.commit if installed else None
-    same = baked is not None and baked == locked
-    return dg.AssetCheckResult(
-        passed=same,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(f":{tpu.floating_tag} bakes harbor {(baked or 'none')[:8]} = uv.lock" if same else
-                     f":{tpu.floating_tag} bakes harbor {(baked or 'nothing')[:8]} but uv.lock at {(head or '?')[:8]} pins "
-                     f"{(locked or '?')[:8]}: workers install the lock's harbor at start-up; rebuild only for first-serve latency"),
-        metadata={"baked": dg.MetadataValue.text(baked or ""), "locked": dg.MetadataValue.text(locked or "")},
-    )

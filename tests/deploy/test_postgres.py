@@ -19,11 +19,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from resources.git import GitRemotes
-from resources.site import SiteResource
-from resources.uv import UvCli
 from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, advance_harbor, up
+from tests.conftest import sandbox_resources
 from tests.deploy.instance import write_production_home
 from tests.postgres_server import PgDatabase, PostgresServer
 from tests.runs import Pipeline, failure_message
@@ -59,8 +57,7 @@ def history(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) 
     home = tmp / "dagster_home"
     env = write_production_home(home, db)
     sb = up(tmp / "sandbox")
-    resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp / "cache"), timeout_s=60),
-                 "uv": UvCli(timeout_s=120)}
+    resources = sandbox_resources(sb, tmp / "cache")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in env.items():
             mp.setenv(name, value)

@@ -14,4 +14,4 @@ from tests.jovian.lab import Lab
 @pytest.fixture
 def lab(sb: Sandbox, resources: dict[str, object]) -> Iterator[Lab]:
     with dg.instance_for_test() as instance:
-        yield Lab(sb, {"site": resources["site"], "git": resources["git"]}, instance)
+        yield Lab(sb, {k: resources[k] for k in ("site", "git", "spark")}, instance)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from jovian_assets.assets import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
+from jovian_assets.adoption_assets import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
 from jovian_assets.definitions import defs
 from sandbox.world import Sandbox
 
@@ -19,7 +19,8 @@ class Lab:
 
     def tick(self, cursor: str | None) -> dg.SensorResult:
         sensor = defs.resolve_sensor_def("lab_rev_sensor")
-        result = sensor(dg.build_sensor_context(cursor=cursor, instance=self.instance, resources=self.resources))
+        with dg.build_sensor_context(cursor=cursor, instance=self.instance, resources=self.resources) as context:
+            result = sensor(context)
         for request in result.dynamic_partitions_requests or []:
             self.instance.add_dynamic_partitions("lab_revs", list(request.partition_keys))
         return result

@@ -11,13 +11,14 @@ from tests.conftest import remote_head
 from tests.runs import materialize
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
-from tpu_assets.lock import HARBOR_LOCK
+from tpu_assets.lock_assets import HARBOR_LOCK
 from tpu_assets.rebuild_policy import rebuild_reason
 
 
 def tick(name: str, resources: dict[str, object], instance: dg.DagsterInstance, cursor: str | None = None):  # type: ignore[no-untyped-def]
     sensor = defs.resolve_sensor_def(name)
-    return sensor(dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources))
+    with dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources) as context:
+        return sensor(context)
 
 
 def set_policy(sb: Sandbox, rebuild_on_lock_change: bool) -> None:

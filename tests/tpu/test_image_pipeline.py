@@ -13,17 +13,15 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
-from resources.git import GitRemotes
 from resources.registry import HttpRegistry
-from resources.site import SiteResource
 from resources.uv import UvCli
 from sandbox.fake_iris import queue_fault, stop_all
 from sandbox.world import Sandbox, advance_harbor, up
-from tests.conftest import remote_head
+from tests.conftest import remote_head, sandbox_resources
 from tests.registry_server import RegistryServer, running_registry
 from tests.runs import Pipeline, checks, failure_message, materialized, metadata
 from tpu_assets.history import VERIFIED_IMAGE
-from tpu_assets.image import IMAGE
+from tpu_assets.image_assets import IMAGE
 
 
 @pytest.fixture
@@ -47,8 +45,7 @@ def any_registry_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Ite
     """The sandbox with its images in an image layout, or on a real docker-registry server over HTTP."""
     host = request.getfixturevalue("registry_server").host if request.param == "docker-registry" else None
     sb = up(tmp_path / "sandbox", registry=host)
-    resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=60),
-                 "uv": UvCli(timeout_s=120)}
+    resources = sandbox_resources(sb, tmp_path / "cache")
     with dg.instance_for_test() as instance:
         yield Pipeline(sb, resources, instance)
     stop_all(sb.iris_home)
@@ -197,8 +194,7 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
     server = registry_server
     with dg.instance_for_test() as instance:
         sb = up(tmp_path / "sandbox", registry=server.host)
-        resources = {"site": SiteResource(path=str(sb.site_file)), "git": GitRemotes(cache_dir=str(tmp_path / "cache")),
-                     "uv": UvCli(timeout_s=120)}
+        resources = sandbox_resources(sb, tmp_path / "cache")
         p = Pipeline(sb, resources, instance)
         assert isinstance(p.registry, HttpRegistry)
         advance_harbor(sb.root, fix=True)

@@ -19,7 +19,7 @@ from tests.conftest import commit_count, remote_file, remote_head
 from tests.runs import checks, failure_message, materialize, metadata
 from tpu_assets.definitions import defs
 from tpu_assets.dockerfile import find_pin
-from tpu_assets.lock import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
+from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
 
 
 def relock(resources: dict[str, object], instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
@@ -37,8 +37,8 @@ def dockerfile_pin(sb: Sandbox) -> str:
 
 def sensor_tick(resources: dict[str, object], cursor: str | None, instance: dg.DagsterInstance) -> dg.SensorResult:
     sensor = defs.resolve_sensor_def("harbor_branch_sensor")
-    ctx = dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources)
-    return sensor(ctx)
+    with dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources) as context:
+        return sensor(context)
 
 
 def test_new_harbor_commit_gives_one_run_request_then_one_pushed_relock(sb: Sandbox, resources: dict[str, object]) -> None:

@@ -5,16 +5,17 @@ import time
 import dagster as dg
 
 from resources.git import GitRemotes
-from resources.iris import JobSpec, JobState
+from resources.iris import IrisCli, JobSpec, JobState
 from resources.links import commit_entries, digest_entries
-from resources.registry import ImageRef, registry_for
+from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
-from tpu_assets.build import BuildFailed, build_image, gitsha_of, iris_for
+from tpu_assets.build import BuildFailed, build_image
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.inspection import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, verify_image
-from tpu_assets.lock import HARBOR_LOCK
+from tpu_assets.lock_assets import HARBOR_LOCK
 from tpu_assets.models import BuiltImage, Finding, SmokeResult, VerifiedImage
 from tpu_assets.partitions import tpu_builds
+from tpu_assets.provenance import slsa_statement
 
 IMAGE = dg.AssetKey(["tpu", "image"])
 SMOKE = dg.AssetKey(["tpu", "smoke"])
@@ -65,10 +66,9 @@ IRIS_POOL = "iris_builds"
         "existing pinned tag is reused, never rebuilt. Checks read the installed files from the layers."
     ),
 )
-def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes):
+def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, registry: Registry, iris: IrisCli):
     config = site.config()
-    registry = registry_for(config)
-    built = build_image(commit=context.partition_key, site=config, git=git, iris=iris_for(config),
+    built = build_image(commit=context.partition_key, site=config, git=git, iris=iris,
                         registry=registry, log=context.log)
     findings = verify_image(registry, built=built, tpu=config.tpu, repository=ImageRef.parse(config.tpu.image).repository)
     yield dg.Output(
@@ -102,9 +102,9 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
         "iris job interface. Passes only when the job's final state is succeeded."
     ),
 )
-def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, image: BuiltImage) -> dg.Output[SmokeResult]:
+def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, iris: IrisCli,
+          image: BuiltImage) -> dg.Output[SmokeResult]:
     config = site.config()
-    iris = iris_for(config)
     assert config.iris is not None
     spec = JobSpec(name=f"tpu-smoke-{image.gitsha}", task_image=image.pinned_ref, cpu=4, memory="16GB", disk="50GB",
                    timeout_s=config.iris.smoke_timeout_s, command=config.tpu.smoke_command)
@@ -136,10 +136,10 @@ def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
         "dependencies with git commits, verification results. Promotion and rollback choose from these."
     ),
 )
-def verified_image(context: dg.AssetExecutionContext, site: SiteResource, image: BuiltImage, smoke: SmokeResult) -> dg.Output[VerifiedImage]:
+def verified_image(context: dg.AssetExecutionContext, site: SiteResource, registry: Registry, image: BuiltImage,
+                   smoke: SmokeResult) -> dg.Output[VerifiedImage]:
     config = site.config()
     tpu = config.tpu
-    registry = registry_for(config)
     findings = verify_image(registry, built=image, tpu=tpu, repository=ImageRef.parse(tpu.image).repository)
     failed = [f"{name}: {f.description}" for name, f in findings.items() if not f.passed]
     if smoke.state != JobState.SUCCEEDED.value:
@@ -149,23 +149,7 @@ def verified_image(context: dg.AssetExecutionContext, site: SiteResource, image:
     verified = VerifiedImage(build=context.partition_key, digest=image.digest, ref=image.ref,
                              harbor_commit=image.lock_pin.commit, harbor_version=image.lock_pin.version or "",
                              consumer_commit=image.consumer_commit, findings=findings, smoke_job=smoke.job_id)
-    provenance = {
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": image.ref.rsplit(":", 1)[0], "digest": {"sha256": image.digest.removeprefix("sha256:")}}],
-        "predicateType": "https://slsa.dev/provenance/v1",
-        "predicate": {
-            "buildDefinition": {
-                "buildType": "lockstep/kaniko-on-iris@v1",
-                "resolvedDependencies": [
-                    {"uri": f"git+{tpu.consumer_repo}@refs/heads/{tpu.consumer_branch}", "digest": {"gitCommit": image.consumer_commit}},
-                    {"uri": f"git+{tpu.harbor_repo}", "name": tpu.harbor_package, "digest": {"gitCommit": image.lock_pin.commit}},
-                ],
-            },
-            "runDetails": {"builder": {"id": "lockstep/tpu/image"}, "metadata": {"invocationId": image.job_id or "reused"}},
-        },
-        "verification": {name: {"passed": f.passed, "summary": f.description} for name, f in findings.items()}
-        | {"smoke": {"passed": True, "summary": f"job {smoke.job_id} {smoke.state}"}},
-    }
+    provenance = slsa_statement(image=image, tpu=tpu, findings=findings, smoke=smoke)
     return dg.Output(
         verified,
         data_version=dg.DataVersion(image.digest),
@@ -175,7 +159,7 @@ def verified_image(context: dg.AssetExecutionContext, site: SiteResource, image:
             **commit_entries(config.links, "harbor_commit", tpu.harbor_repo, image.lock_pin.commit),
             "harbor_version": dg.MetadataValue.text(image.lock_pin.version or ""),
             **commit_entries(config.links, "consumer_commit", tpu.consumer_repo, image.consumer_commit),
-            "gitsha": dg.MetadataValue.text(gitsha_of(image.consumer_commit)),
+            "gitsha": dg.MetadataValue.text(image.gitsha),
             "provenance": dg.MetadataValue.json(provenance),
             "verification": dg.MetadataValue.md("\n".join(f"- **{n}**: {f.description}" for n, f in findings.items())
                                                 + f"\n- **smoke**: job {smoke.job_id} {smoke.state}"),
