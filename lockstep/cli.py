@@ -73,13 +73,28 @@ def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, b
 
 @sandbox.command("iris-fault")
 @_dir
-@click.argument("fault", type=click.Choice(["fail", "hang", "vanish", "unschedulable", "oom"]))
+@click.argument("fault", type=click.Choice(["fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak",
+                                            "replace"]))
 def sandbox_iris_fault(root: Path, fault: str) -> None:
-    """Make the sandbox's next iris job misbehave (fail, hang, vanish, unschedulable, oom)."""
+    """Make the sandbox's next iris job misbehave: fail, hang, vanish, unschedulable, oom (ends `failed`),
+    pending (never scheduled), leak (prints its DOCKER_TOKEN into its log), replace (another job of the
+    same name replaces it when it ends)."""
     from sandbox.fake_iris import queue_fault
 
     queue_fault(root.resolve() / "iris", fault)
     click.echo(f"the next iris job will {fault}")
+
+
+@sandbox.command("iris-contract")
+@_dir
+@click.argument("contract", type=click.Choice(["2026-08", "2026-07", "2026-06"]))
+def sandbox_iris_contract(root: Path, contract: str) -> None:
+    """Make the sandbox's iris speak another 2026 CLI generation: 2026-08 (describe, cancel; today's),
+    2026-07 (summary text, kill), 2026-06 (summary --json, kill). Sets [iris] sandbox_contract."""
+    from sandbox.world import use_iris_contract
+
+    _guard(lambda: use_iris_contract(root, contract))
+    click.echo(f"the sandbox iris speaks the {contract} contract; reload the code locations")
 
 
 # -- images ---------------------------------------------------------------------------------------
@@ -201,7 +216,7 @@ def pools(iris_builds: int, apply: bool) -> None:
 @click.option("--port", default=3000, show_default=True)
 def demo(root: Path, port: int) -> None:
     """Sandbox up, then the Dagster UI on it (both code locations, sensors running)."""
-    from sandbox.world import up
+    from sandbox.world import SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE, up
 
     sb = _guard(lambda: up(root))
     home = sb.root / "dagster_home"
@@ -215,6 +230,7 @@ def demo(root: Path, port: int) -> None:
         "LOCKSTEP_SITE": str(sb.site_file),
         "LOCKSTEP_CACHE": str(sb.root / "cache"),
         "LOCKSTEP_SENSORS_RUNNING": "1",
+        SANDBOX_TOKEN_ENV: os.environ.get(SANDBOX_TOKEN_ENV) or SANDBOX_TOKEN_VALUE,
     }
     workspace = Path(__file__).resolve().parent.parent / "workspace.yaml"
     click.echo(f"lockstep demo on http://127.0.0.1:{port} (sandbox {sb.root}); Ctrl-C stops it")

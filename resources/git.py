@@ -264,6 +264,15 @@ class GitRemotes(dg.ConfigurableResource):
             parents=parents.split(),
         )
 
+    def short_sha(self, *, url: str, sha: str, branch: str) -> str:
+        """``git rev-parse --short <sha>`` with `branch`'s full history in the mirror: git's own length
+        rule (7 or more hex, longer as the repository grows or where 7 would be ambiguous), as a
+        person's clone prints it (the runbook's GITSHA)."""
+        if not SHA_RE.match(sha):
+            raise GitError(f"{sha!r} is not a full 40-hex commit sha")
+        mirror = self.fetch(url=url, shas=[sha], branches=[branch])
+        return self._git(["rev-parse", "--short", sha], mirror)
+
     def show_file(self, *, url: str, sha: str, path: str) -> str | None:
         """The text of `path` at commit `sha`, or None when the commit has no such file."""
         mirror = self.fetch(url=url, shas=[sha], depth=1)

@@ -25,6 +25,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from resources.errors import FileFormatError, LockstepError
@@ -127,10 +128,13 @@ class IrisSection(_Table):
     """``[iris]``: the cluster CLI that runs kaniko builds and smoke jobs."""
 
     binary: str = Field(default="iris", description="Path to the iris CLI (relative: to the site file).")
-    cluster: str
+    cluster: str | None = Field(default=None, description="--cluster=<name>, e.g. cw-us-east-02a.")
+    config: str | None = Field(default=None, description="--config=<cluster YAML> instead of a cluster name.")
+    controller_url: str | None = Field(default=None, description="--controller-url=<url> (a local controller).")
+    user: str = Field(description="--user: jobs are /<user>/<name>, so the id is known before the submit.")
     docker_user: str = Field(description="DOCKER_USER_ID for the kaniko push (ghcr: the GitHub user).")
     docker_token_env: str | None = Field(
-        default=None, description="NAME of the env var with the push token (ghcr: a GitHub PAT); none: anonymous push."
+        default=None, description="NAME of the env var with the push token (ghcr: a GitHub PAT, never Docker Hub's)."
     )
     cpu: int = Field(default=16, gt=0)
     memory: str = "64GB"
@@ -139,6 +143,28 @@ class IrisSection(_Table):
     smoke_timeout_s: int = Field(default=3600, gt=0)
     poll_min_s: float = Field(default=10.0, gt=0)
     poll_max_s: float = Field(default=60.0, gt=0)
+    call_timeout_s: float = Field(default=180.0, gt=0, description="One CLI call; opening the cluster tunnel is slow.")
+    sandbox_contract: Literal["2026-08", "2026-07", "2026-06"] = Field(
+        default="2026-08",
+        description="Sandbox only: which iris CLI generation the sandbox's iris speaks (describe/cancel; "
+        "summary text/kill; summary --json/kill). A real site's iris is whatever is installed.",
+    )
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]*", value):
+            raise ValueError("must be an iris user name (letters, digits, '.', '_', '@', '-'), e.g. benjaminfeuer")
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> IrisSection:
+        given = [k for k in ("cluster", "config", "controller_url") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"set exactly one of cluster, config, controller_url (got {', '.join(given) or 'none'})")
+        if self.poll_min_s > self.poll_max_s:
+            raise ValueError(f"poll_min_s ({self.poll_min_s:g}) must not exceed poll_max_s ({self.poll_max_s:g})")
+        return self
 
 
 class TpuSection(_Table):
@@ -393,6 +419,10 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     while len(raw) > 1 and isinstance(raw[-1], int):  # an item of a value list: point at the list's key
         raw.pop()
     loc = tuple(str(p) for p in raw)
+    if isinstance(err.get("input"), dict) and err["type"] not in ("missing", "extra_forbidden"):
+        # A rule over a whole table (a model validator): point at the table's header, not at a key.
+        msg = err["msg"].removeprefix("Value error, ")
+        return FileFormatError(path, key_line(text, loc), f"{_table_name(loc)}: {msg}")
     table, key = loc[:-1], loc[-1] if loc else None
     line = key_line(text, table, key)
     dotted = f"{_table_name(table)} {key}" if table else str(key)

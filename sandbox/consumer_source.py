@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def pyproject(harbor_url: str, harbor_branch: str) -> str:
     return f"""[project]
@@ -42,34 +44,19 @@ COPY . /app
 """
 
 
-BUILD_SCRIPT = r"""#!/usr/bin/env bash
-# Kaniko build of the :tpu image, run as an iris job on ubuntu:22.04 (lockstep sandbox copy).
-set -euo pipefail
-: "${GITSHA:?GITSHA is required: it names the immutable :tpu-<gitsha> tag}"
-: "${DOCKER_USER_ID:?}"
-IMAGE="${IMAGE:-ghcr.io/open-thoughts/openthoughts-agent}"
-DOCKERFILE="${DOCKERFILE:-docker/Dockerfile.tpu}"
-SINGLE_SNAPSHOT="${SINGLE_SNAPSHOT:-0}"
+# Shaped like OpenThoughts-Agent's docker/build_tpu_kaniko.sh (7951edcd; ../shared/contracts/kaniko-script.md):
+# the destination and cache repo are literals (written for the sandbox's registry at `sandbox up`),
+# DOCKER_TOKEN is required, the crane-export-over-ubuntu recipe. Unlike that script, xtrace goes on
+# only after the token was last expanded and is off around the auth line: lockstep's pre-flight
+# refuses the real script's order (`set -euxo pipefail` first).
+_TEMPLATE = Path(__file__).resolve().parent / "templates" / "build_tpu_kaniko.sh"
 
-apt-get update && apt-get install -y --no-install-recommends ca-certificates curl
-curl -sL "https://github.com/google/go-containerregistry/releases/latest/download/go-containerregistry_Linux_x86_64.tar.gz" | tar -xz -C /usr/local/bin crane
-crane export gcr.io/kaniko-project/executor:latest - | tar -x -C /
 
-# Written AFTER the overlay: kaniko's export would clobber /kaniko otherwise. No token: an anonymous
-# push (a registry on the build host); ghcr needs a GitHub PAT here, not the Docker Hub token.
-export DOCKER_CONFIG=/kaniko/.docker
-mkdir -p "$DOCKER_CONFIG"
-if [ -n "${DOCKER_TOKEN:-}" ]; then
-  AUTH=$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)
-  printf '{"auths":{"%s":{"auth":"%s"}}}' "${IMAGE%%/*}" "$AUTH" > "$DOCKER_CONFIG/config.json"
-fi
+def build_script(image: str) -> str:
+    """The sandbox consumer's docker/build_tpu_kaniko.sh, pushing to `image` (a repository, no tag)."""
+    text = _TEMPLATE.read_text(encoding="utf-8")
+    return text.replace("@IMAGE@", image).replace("@HOST@", image.split("/", 1)[0])
 
-snapshot=()
-[ "$SINGLE_SNAPSHOT" = "1" ] && snapshot=(--single-snapshot)
-exec /kaniko/executor --context dir:///app --dockerfile "$DOCKERFILE" --skip-unused-stages \
-  --compressed-caching=false --cache=true --cache-repo="${IMAGE}/cache-tpu" "${snapshot[@]}" \
-  --destination "${IMAGE}:tpu-${GITSHA}"
-"""
 
 README = """# OpenThoughts-Agent (lockstep sandbox copy)
 

@@ -1,20 +1,18 @@
-"""The sandbox's stand-in for kaniko: a REAL multi-layer OCI image from a consumer checkout.
+"""What the sandbox's kaniko builds: a REAL multi-layer OCI image from a consumer checkout.
 
 kaniko needs a cluster; this builds what `docker/Dockerfile.tpu` would, honestly enough that the
 verification reads real installed files: a base layer, a layer with harbor installed by the real uv
 from the Dockerfile's pinned commit (dist-info METADATA and PEP 610 direct_url.json included), and
-the app layer. It pushes only to the immutable ``:tpu-<GITSHA>`` tag. Run by the fake iris as
-``python -m sandbox.image_builder --site SITE`` with GITSHA and APP_DIR in the environment.
+the app layer (one layer with --single-snapshot). It pushes to the destination the build script
+names, as kaniko does; sandbox/fake_kaniko.py is the executor that calls it.
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,8 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from resources.registry import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, ImageRef, Registry, registry_for
-from resources.site import SiteConfig, load_site
+from resources.registry import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, ImageRef, Registry
+from resources.site import SiteConfig
 from resources.uv import uv_binary
 from tpu_assets.dockerfile import find_pin, pin_variable
 
@@ -76,14 +74,16 @@ def install_harbor(url: str, commit: str, target: Path) -> dict[str, bytes]:
     }
 
 
-def build_and_push(*, app_dir: Path, gitsha: str, site: SiteConfig, registry: Registry) -> str:
-    """Build the image for the checkout at `app_dir` and push it to ``<image>:tpu-<gitsha>``; returns the digest."""
+def build_and_push(*, app_dir: Path, destination: str, site: SiteConfig, registry: Registry,
+                   single_snapshot: bool = False) -> str:
+    """Build the image for the checkout at `app_dir` and push it to `destination`; returns the digest."""
     tpu = site.tpu
     dockerfile = (app_dir / tpu.dockerfile).read_text(encoding="utf-8")
     commit = find_pin(dockerfile, tpu.dockerfile, pin_variable(tpu.harbor_package)).commit
     m = re.search(r"git\+(\S+?)@\$\{" + pin_variable(tpu.harbor_package) + r"\}", dockerfile)
     harbor_url = m.group(1) if m else tpu.harbor_repo
     site_packages = tpu.site_packages.strip("/")
+    ref = ImageRef.parse(destination)
 
     with tempfile.TemporaryDirectory(prefix="lockstep-build-") as tmp:
         installed = install_harbor(harbor_url, commit, Path(tmp) / "site-packages")
@@ -93,12 +93,15 @@ def build_and_push(*, app_dir: Path, gitsha: str, site: SiteConfig, registry: Re
         for p in sorted(app_dir.rglob("*"))
         if p.is_file() and ".git" not in p.relative_to(app_dir).parts
     }
-    layers = [
-        ("base", *_layer(base, base_modes)),
-        (f"uv pip install --force-reinstall harbor @ {commit[:8]}", *_layer({f"{site_packages}/{k}": v for k, v in installed.items()})),
-        ("COPY . /app", *_layer(app)),
-    ]
-    ref = ImageRef.parse(tpu.image)
+    harbor = {f"{site_packages}/{k}": v for k, v in installed.items()}
+    if single_snapshot:  # kaniko --single-snapshot: the whole filesystem as one layer
+        layers = [("single snapshot", *_layer({**base, **harbor, **app}, base_modes))]
+    else:
+        layers = [
+            ("base", *_layer(base, base_modes)),
+            (f"uv pip install --force-reinstall harbor @ {commit[:8]}", *_layer(harbor)),
+            ("COPY . /app", *_layer(app)),
+        ]
     descriptors = [registry.push_blob(repository=ref.repository, data=blob, media_type=OCI_LAYER_GZIP) for _, blob, _ in layers]
     config = {
         "architecture": "amd64",
@@ -107,7 +110,7 @@ def build_and_push(*, app_dir: Path, gitsha: str, site: SiteConfig, registry: Re
             "Env": [f"PATH=/{VENV}/bin:/usr/local/bin:/usr/bin:/bin", f"{pin_variable(tpu.harbor_package)}={commit}"],
             "WorkingDir": "/app",
             "Labels": {
-                "org.opencontainers.image.revision": gitsha,
+                "org.opencontainers.image.revision": ref.tag or "",
                 "org.opencontainers.image.source": tpu.consumer_repo,
                 "lockstep.harbor.commit": commit,
             },
@@ -123,23 +126,4 @@ def build_and_push(*, app_dir: Path, gitsha: str, site: SiteConfig, registry: Re
         "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": d.digest, "size": d.size} for d in descriptors],
     }
     raw = json.dumps(manifest, indent=3).encode()
-    return registry.push_manifest(repository=ref.repository, raw=raw, media_type=OCI_MANIFEST, tag=f"tpu-{gitsha}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--site", required=True, type=Path)
-    args = parser.parse_args(argv)
-    gitsha = os.environ.get("GITSHA", "")
-    if not gitsha:
-        print("GITSHA: parameter null or not set", file=sys.stderr)  # what `: "${GITSHA:?}"` says
-        return 1
-    site = load_site(args.site)
-    app_dir = Path(os.environ.get("APP_DIR", "."))
-    digest = build_and_push(app_dir=app_dir, gitsha=gitsha, site=site, registry=registry_for(site))
-    print(f"pushed {site.tpu.image}:tpu-{gitsha} {digest}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return registry.push_manifest(repository=ref.repository, raw=raw, media_type=OCI_MANIFEST, tag=ref.tag)

@@ -19,6 +19,7 @@ import git
 import tomli_w
 from pydantic import BaseModel
 
+from resources.errors import FileFormatError, LockstepError
 from resources.site import (
     IrisSection,
     RegistrySection,
@@ -47,6 +48,10 @@ SMOKE_COMMAND = [
 
 
 SANDBOX_OWNERS = ["team:ml-infra"]
+# The sandbox's build script requires a push token, as the real one does; its registry takes any.
+# `lockstep demo` (and the tests) set this to a dummy value: it is still treated as a secret.
+SANDBOX_TOKEN_ENV = "LOCKSTEP_SANDBOX_PUSH_TOKEN"
+SANDBOX_TOKEN_VALUE = "sandbox-push-token-0000"
 
 
 class Sandbox(BaseModel):
@@ -130,7 +135,7 @@ def _create_harbor(sb: Sandbox) -> str:
         return _publish(repo, sb.harbor, HARBOR_BRANCH)
 
 
-def _create_consumer(sb: Sandbox, harbor_sha: str) -> str:
+def _create_consumer(sb: Sandbox, harbor_sha: str, image: str) -> str:
     _init_bare(sb.consumer, CONSUMER_BRANCH)
     harbor_url = sb.url(sb.harbor)
     with _worktree(sb.consumer, None) as repo:
@@ -140,13 +145,18 @@ def _create_consumer(sb: Sandbox, harbor_sha: str) -> str:
             "README.md": consumer_source.README,
             "pyproject.toml": consumer_source.pyproject(harbor_url, HARBOR_BRANCH),
             "docker/Dockerfile.tpu": consumer_source.dockerfile(harbor_url, harbor_sha),
-            "docker/build_tpu_kaniko.sh": consumer_source.BUILD_SCRIPT,
+            "docker/build_tpu_kaniko.sh": consumer_source.build_script(image),
         })
         (wt / "docker/build_tpu_kaniko.sh").chmod(0o755)
         UvCli(offline=True).lock(project_dir=wt)
         repo.index.add([*paths, "uv.lock"])
         repo.index.commit("OpenThoughts-Agent: lock harbor from penfever/working", author=AUTHOR, committer=AUTHOR)
         return _publish(repo, sb.consumer, CONSUMER_BRANCH)
+
+
+def sandbox_image(registry: str | None) -> str:
+    """The sandbox's image repository: on the image-layout registry, or on `registry` (host:port)."""
+    return f"{registry}/open-thoughts/openthoughts-agent" if registry else SANDBOX_IMAGE
 
 
 def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
@@ -158,26 +168,39 @@ def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
             harbor_branch=HARBOR_BRANCH,
             consumer_repo=sb.url(sb.consumer),
             consumer_branch=CONSUMER_BRANCH,
-            image=f"{registry}/open-thoughts/openthoughts-agent" if registry else SANDBOX_IMAGE,
+            image=sandbox_image(registry),
             smoke_command=SMOKE_COMMAND,
             # The sandbox wants to show builds after re-locks; a real site rarely needs this (runbook §7).
             rebuild_on_lock_change=True,
         ),
         registry=RegistrySection(kind="http") if registry else RegistrySection(kind="layout", layout_dir="registry"),
-        iris=IrisSection(binary="bin/iris", cluster="sandbox", docker_user="sandbox", poll_min_s=0.2, poll_max_s=2.0,
+        iris=IrisSection(binary="bin/iris", cluster="sandbox", user="sandbox", docker_user="sandbox",
+                         docker_token_env=SANDBOX_TOKEN_ENV, poll_min_s=0.2, poll_max_s=2.0, call_timeout_s=60,
                          cpu=16, memory="64GB", disk="120GB"),
         jovian=jovian_section(sb.repos),
         spark=spark_section(),
     )
 
 
-def _install_iris(sb: Sandbox) -> None:
+def _install_iris(sb: Sandbox, contract: str) -> None:
     py = [sys.executable, "-m"]
     install_fake_iris(
         sb.root,
-        builder=[*py, "sandbox.image_builder", "--site", str(sb.site_file)],
+        contract=contract,
+        kaniko=[*py, "sandbox.fake_kaniko", "--site", str(sb.site_file)],
         task_image_hook=[*py, "sandbox.unpack_image", "--site", str(sb.site_file)],
     )
+
+
+def use_iris_contract(root: Path, contract: str) -> None:
+    """Make the sandbox's iris speak another 2026 generation (`[iris] sandbox_contract`)."""
+    sb = Sandbox(root=root.resolve())
+    text = sb.site_file.read_text(encoding="utf-8")
+    text, n = re.subn(r'^sandbox_contract = "[^"]*"$', f'sandbox_contract = "{contract}"', text, flags=re.M)
+    if n == 0:
+        text = re.sub(r"^\[iris\]$", f'[iris]\nsandbox_contract = "{contract}"', text, count=1, flags=re.M)
+    sb.site_file.write_text(text, encoding="utf-8")
+    _install_iris(sb, load_site(sb.site_file).iris.sandbox_contract)  # type: ignore[union-attr]
 
 
 def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
@@ -193,7 +216,7 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
     else:
         harbor_sha = git.Repo(sb.harbor).commit(HARBOR_BRANCH).hexsha
     if not (sb.consumer / "HEAD").exists():
-        _create_consumer(sb, harbor_sha)
+        _create_consumer(sb, harbor_sha, sandbox_image(registry))
     jovian_up(sb)
     if not sb.site_file.exists():
         # The sandbox's repos have no web pages: no [links] table (a person adds one for a real site).
@@ -203,8 +226,13 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
             + tomli_w.dumps(data),
             encoding="utf-8",
         )
-    _install_iris(sb)
-    if load_site(sb.site_file).jovian is None:  # what we wrote (or found) must be a valid site
+    try:
+        site = load_site(sb.site_file)
+    except FileFormatError as exc:
+        raise LockstepError(f"{exc}\nThis sandbox was made by an older lockstep: remove {sb.root} and run "
+                            "`lockstep sandbox up` again") from None
+    _install_iris(sb, site.iris.sandbox_contract if site.iris else "2026-08")
+    if site.jovian is None:  # what we wrote (or found) must be a valid site
         # A sandbox made before the Jovian half existed: add its [jovian] table, keep the rest as it is.
         table = tomli_w.dumps({"jovian": jovian_section(sb.repos).model_dump(mode="json", exclude_none=True)})
         with sb.site_file.open("a", encoding="utf-8") as fh:

@@ -14,7 +14,14 @@ from resources.registry import registry_for
 from resources.site import SiteResource, load_site
 from resources.spark import spark_for
 from resources.uv import UvCli
-from sandbox.world import AUTHOR, CONSUMER_BRANCH, Sandbox, up
+from sandbox.world import AUTHOR, CONSUMER_BRANCH, SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE, Sandbox, up
+
+
+@pytest.fixture(autouse=True)
+def sandbox_push_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sandbox's build script requires a push token, as the real one does (`lockstep demo` sets it too)."""
+    monkeypatch.setenv(SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE)
+    return SANDBOX_TOKEN_VALUE
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import dagster as dg
+import git
 
 from resources.registry import ImageRef, registry_for
 from resources.site import load_site
@@ -45,6 +46,15 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
     return "\n".join(parts)
 
 
+def failure_metadata(result: dg.ExecuteInProcessResult) -> dict[str, str]:
+    """The metadata of the first step failure (a dg.Failure's): what the UI shows beside the error."""
+    failures = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failures, "expected the run to fail"
+    data = failures[0].step_failure_data.user_failure_data  # type: ignore[union-attr]
+    assert data is not None, "the step failed without a dg.Failure's metadata"
+    return {k: str(getattr(v, "md_str", getattr(v, "value", v))) for k, v in data.metadata.items()}
+
+
 def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
     return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
 
@@ -78,5 +88,9 @@ class Pipeline:
     def floating(self) -> str | None:
         return self.registry.resolve(repository=self.repository, reference=self.site.tpu.floating_tag)
 
+    def gitsha(self, commit: str) -> str:
+        """The tag's sha as a person's clone of the consumer prints it (`git rev-parse --short`)."""
+        return git.Repo(self.sb.consumer).git.rev_parse("--short", commit)
+
     def pinned(self, commit: str) -> str | None:
-        return self.registry.resolve(repository=self.repository, reference=f"tpu-{commit[:8]}")
+        return self.registry.resolve(repository=self.repository, reference=f"tpu-{self.gitsha(commit)}")

@@ -122,7 +122,7 @@ def test_resources_are_built_from_the_site_at_load_with_secrets_as_env_vars(sb: 
 
     text = sb.site_file.read_text()
     text = text.replace('[registry]\nkind = "layout"', '[registry]\nkind = "http"\ntoken_env = "GHCR_READ_TOKEN"', 1)
-    text = text.replace('docker_user = "sandbox"', 'docker_user = "sandbox"\ndocker_token_env = "GHCR_PUSH_TOKEN"', 1)
+    text = text.replace('docker_token_env = "LOCKSTEP_SANDBOX_PUSH_TOKEN"', 'docker_token_env = "GHCR_PUSH_TOKEN"', 1)
     sb.site_file.write_text(text)
     site = load_site(sb.site_file)
     wired = tpu_resources(site)

@@ -1,6 +1,8 @@
 """`tpu/image`, `tpu/smoke`, `tpu/verified_image`: build pinned-first, verify installed files, smoke live."""
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -9,7 +11,7 @@ from resources.iris import IrisCli, JobSpec, JobState
 from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
-from tpu_assets.build import BuildFailed, build_image
+from tpu_assets.build import BuildFailed, build_image, finish_job
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.inspection import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, verify_image
 from tpu_assets.lock_assets import HARBOR_LOCK
@@ -37,6 +39,16 @@ IMAGE_CHECKS = [
         description="Several layers, none over the site's size limit: a single giant layer is not pullable over ghcr egress.",
     ),
 ]
+
+
+@contextlib.contextmanager
+def failures_shown() -> Iterator[None]:
+    """A BuildFailed becomes a dg.Failure: its facts (state, error, log tail) show in the UI's step failure."""
+    try:
+        yield
+    except BuildFailed as exc:
+        metadata = {k: dg.MetadataValue.md(f"```\n{v}\n```") for k, v in exc.facts.items()}
+        raise dg.Failure(description=str(exc), metadata=metadata) from None
 
 
 def _check_result(name: str, finding: Finding) -> dg.AssetCheckResult:
@@ -68,8 +80,9 @@ IRIS_POOL = "iris_builds"
 )
 def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, registry: Registry, iris: IrisCli):
     config = site.config()
-    built = build_image(commit=context.partition_key, site=config, git=git, iris=iris,
-                        registry=registry, log=context.log)
+    with failures_shown():
+        built = build_image(commit=context.partition_key, site=config, git=git, iris=iris,
+                            registry=registry, log=context.log)
     findings = verify_image(registry, built=built, tpu=config.tpu, repository=ImageRef.parse(config.tpu.image).repository)
     yield dg.Output(
         built,
@@ -85,6 +98,8 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
             "largest_layer_bytes": dg.MetadataValue.int(built.largest_layer_bytes),
             **commit_entries(config.links, "harbor_commit_locked", config.tpu.harbor_repo, built.lock_pin.commit),
             "harbor_commit_dockerfile": dg.MetadataValue.text(built.dockerfile_commit),
+            "build_script_warnings": dg.MetadataValue.md(f"```\n{built.script_warnings}\n```" if built.script_warnings
+                                                         else "none"),
         },
     )
     for name, finding in findings.items():
@@ -108,17 +123,17 @@ def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
     assert config.iris is not None
     spec = JobSpec(name=f"tpu-smoke-{image.gitsha}", task_image=image.pinned_ref, cpu=4, memory="16GB", disk="50GB",
                    timeout_s=config.iris.smoke_timeout_s, command=config.tpu.smoke_command)
-    context.log.info("submitting " + " ".join(iris.redacted_argv(spec)))
+    context.log.info("submitting " + iris.command_line(spec))
     started = time.monotonic()
-    # iris bundles the submit directory as /app: the consumer at the built commit, as a datagen launch would.
-    with git.checkout(url=config.tpu.consumer_repo, sha=image.consumer_commit) as wt:
-        job_id = iris.submit(spec=spec, cwd=wt.path)
-    summary = iris.wait(job_id=job_id, timeout_s=config.iris.smoke_timeout_s)
+    with failures_shown():
+        # iris bundles the submit directory as /app: the consumer at the built commit, as a datagen launch would.
+        with git.checkout(url=config.tpu.consumer_repo, sha=image.consumer_commit) as wt:
+            submission = iris.submit(spec=spec, cwd=wt.path)
+        summary = finish_job(iris, submission, spec, what="smoke",
+                             consequence=f"{image.pinned_ref} is not verified and will not be promoted")
+    job_id = submission.job_id
     result = SmokeResult(task_image=image.pinned_ref, job_id=job_id, state=summary.state.value,
                          exit_code=summary.exit_code, duration_s=round(time.monotonic() - started, 1))
-    if summary.state != JobState.SUCCEEDED:
-        raise BuildFailed(f"smoke job {job_id} on {image.pinned_ref} ended {summary.state.value} "
-                          f"(exit {summary.exit_code}): the build is not verified and will not be promoted")
     return dg.Output(result, metadata={"job_id": dg.MetadataValue.text(job_id), "state": dg.MetadataValue.text(result.state),
                                        "task_image": dg.MetadataValue.text(image.pinned_ref),
                                        "duration_s": dg.MetadataValue.float(result.duration_s)})

@@ -56,6 +56,7 @@ class BuiltImage(BaseModel):
     layers: int = 0
     largest_layer_bytes: int = 0
     total_bytes: int = 0
+    script_warnings: str = ""  # the build script's pre-flight warnings, file:line each
 
     @property
     def pinned_ref(self) -> str:

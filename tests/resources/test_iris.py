@@ -1,7 +1,10 @@
-"""IrisCli: the runbook's command line, state polling (never logs), kill; driven against the sandbox's fake iris."""
+"""IrisCli against iris as it is in every 2026 version: the real CLI's output shapes, read; the sandbox's
+iris in each of its three contracts; state polling (never logs), cancel, the post-mortem log and its
+secret scan. The real marin-iris CLI is driven in tests/resources/test_iris_real.py."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -16,28 +19,84 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from resources import iris as iris_module
-from resources.iris import IrisCli, IrisError, JobSpec, JobState, parse_job_id, parse_job_status
-from resources.kaniko import KanikoSettings, build_destination, kaniko_job
-from sandbox.consumer_source import BUILD_SCRIPT
-from sandbox.fake_iris import install_fake_iris, job_dir, queue_fault, stop_all
+from resources.iris import (
+    ClientTooOld,
+    IrisCli,
+    IrisError,
+    JobAlreadyRunning,
+    JobReplaced,
+    JobSpec,
+    JobState,
+    MissingCapability,
+)
+from resources.iris_output import help_commands, help_options, parse_list_text, parse_state_json, parse_state_text
+from resources.kaniko import KanikoSettings, kaniko_job
+from sandbox.consumer_source import build_script
+from sandbox.fake_iris import CONTRACTS, install_fake_iris, job_dir, queue_fault, stop_all
 
 SECRET = "ghp_irisTestTokenValue0123456789abcdef"
-IMAGE = "127.0.0.1:5000/open-thoughts/openthoughts-agent"
+IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"
 
-# Stands in for kaniko: checks what a build job gets, "pushes" by writing a file, and is careless
-# with the token on purpose, so the fake's log masking is exercised.
-BUILDER = """
-import json, os, pathlib
-app = pathlib.Path(os.environ["APP_DIR"])
-assert (app / "docker" / "Dockerfile.tpu").is_file(), "the bundle has no docker/Dockerfile.tpu"
-token = os.environ["DOCKER_TOKEN"]
-print("pushing", os.environ["IMAGE"] + ":tpu-" + os.environ["GITSHA"], "with token", token, flush=True)
-pathlib.Path("pushed.json").write_text(json.dumps({
-    "destination": os.environ["IMAGE"] + ":tpu-" + os.environ["GITSHA"],
-    "user": os.environ["DOCKER_USER_ID"],
-    "token_length": len(token),
-    "inherited_ghcr_token": "GHCR_TOKEN" in os.environ,
-}))
+# What marin-iris 0.2.20.dev202606180959's own `iris job --help` and `iris job run --help` print (trimmed).
+REAL_JOB_HELP_2026_06 = """Usage: iris job [OPTIONS] COMMAND [ARGS]...
+
+  Manage Iris jobs.
+
+Options:
+  --help  Show this message and exit.
+
+Commands:
+  bug-report  Generate a diagnostic bug report for a job.
+  kill        Terminate one or more jobs (alias for stop).
+  list        List jobs with optional filtering.
+  logs        Stream task logs for a job and its descendants using batch...
+  run         Submit jobs to Iris clusters.
+  stop        Terminate one or more jobs.
+  summary     Print a per-task summary (peak memory, state, exit,...
+"""
+REAL_RUN_HELP_2026_06 = """Usage: iris job run [OPTIONS] CMD...
+
+Options:
+  -e, --env-vars <TEXT TEXT>...   Set environment variables for the job (KEY
+                                  VALUE). Can be repeated.
+  --enable-extra-resources        Allow accelerators (--tpu/--gpu) and large
+                                  resource requests (>= 4 GB RAM or >= 10 GB
+                                  disk) on the entrypoint job.
+  --cpu FLOAT                     Number of CPUs to request  [default: 0.1]
+  --no-wait                       Don't wait for job completion
+  --job-name TEXT                 Custom job name (default: auto-generated)
+  --user TEXT                     Override the user prefix for the submitted
+                                  job.
+  --preemptible / --no-preemptible
+                                  Force scheduling on preemptible
+                                  (--preemptible) or non-preemptible (--no-
+                                  preemptible) workers.
+  --task-image TEXT               Override the task container image for this
+                                  job.
+  --help                          Show this message and exit.
+"""
+# `render_job_description_text` (2026-08) and `_render_job_summary_text` (2026-07) as the real ones print.
+DESCRIBE_FAILED = """Job: /benjaminfeuer/tpu-kaniko-abd6dc86 (tpu-kaniko-abd6dc86)
+State: failed  exit=137  failures=1  preemptions=0
+Tasks: 1/1 completed  failed=1
+Error: OOMKilled: container exceeded its memory limit
+
+  TASK  STATE    EXIT  DURATION       PEAK MEM    CUR MEM    DIAGNOSTIC
+     0  failed    137  8 minutes      255.9 GB    -          OOMKilled
+"""
+DESCRIBE_PENDING = """Job: /benjaminfeuer/tpu-kaniko-abd6dc86 (tpu-kaniko-abd6dc86)
+State: pending  exit=0  failures=0  preemptions=0
+Tasks: 0/1 completed  pending=1
+
+  TASK  STATE    EXIT    DURATION    PEAK MEM    CUR MEM    DIAGNOSTIC
+     0  pending  -       -           -           -          Pending: insufficient cpu (need 32, max free 16)
+"""
+SUMMARY_RUNNING_2026_07 = """Job: /u/j (/u/j)
+State: running  exit=0  failures=0  preemptions=1
+Tasks: 0/1 completed  running=1
+
+  TASK  STATE    EXIT    DURATION    PEAK MEM    CUR MEM    ERROR
+     0  running  -       2 minutes   1 GB        1 GB
 """
 
 
@@ -45,26 +104,41 @@ class Fake(BaseModel):
     binary: Path
     home: Path
     workspace: Path
+    contract: str
 
     def cli(self, **overrides: object) -> IrisCli:
         fields: dict[str, object] = {
-            "binary": str(self.binary), "cluster": "sandbox", "timeout_s": 20, "poll_min_s": 0.02,
-            "poll_max_s": 0.1, "vanish_after": 3, "redact_env": ["GHCR_TOKEN"],
+            "binary": str(self.binary), "cluster": "sandbox", "user": "sandbox", "timeout_s": 20,
+            "poll_min_s": 0.02, "poll_max_s": 0.1, "vanish_after": 3, "redact_env": ["GHCR_TOKEN"],
+            "docker_token_env": "GHCR_TOKEN",
         }  # fmt: skip
         return IrisCli(**{**fields, **overrides})
 
 
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
-    monkeypatch.setenv("GHCR_TOKEN", SECRET)
-    binary = install_fake_iris(tmp_path / "world", builder=[sys.executable, "-c", BUILDER], state_delay_s=0.02)
+def _fake(tmp_path: Path, contract: str, **install: object) -> Fake:
     workspace = tmp_path / "workspace"
-    (workspace / "docker").mkdir(parents=True)
+    (workspace / "docker").mkdir(parents=True, exist_ok=True)
     (workspace / "docker" / "Dockerfile.tpu").write_text("FROM python:3.12-slim\n")
-    (workspace / "docker" / "build_tpu_kaniko.sh").write_text(BUILD_SCRIPT)
-    home = tmp_path / "world" / "iris"
-    yield Fake(binary=binary, home=home, workspace=workspace)
-    stop_all(home)  # no hung worker outlives its test
+    kaniko = [sys.executable, "-c", "import os, sys; print('executor', ' '.join(sys.argv[1:]), "
+              "'user', os.environ.get('DOCKER_USER_ID'))"]  # fmt: skip
+    binary = install_fake_iris(tmp_path / "world", contract=contract, kaniko=kaniko, state_delay_s=0.02, **install)  # type: ignore[arg-type]
+    return Fake(binary=binary, home=tmp_path / "world" / "iris", workspace=workspace, contract=contract)
+
+
+@pytest.fixture(params=sorted(CONTRACTS))
+def fake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
+    monkeypatch.setenv("GHCR_TOKEN", SECRET)
+    f = _fake(tmp_path, request.param)
+    yield f
+    stop_all(f.home)  # no hung worker outlives its test
+
+
+@pytest.fixture
+def today(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
+    monkeypatch.setenv("GHCR_TOKEN", SECRET)
+    f = _fake(tmp_path, "2026-08")
+    yield f
+    stop_all(f.home)
 
 
 def job(name: str, script: str, **more: object) -> JobSpec:
@@ -72,172 +146,186 @@ def job(name: str, script: str, **more: object) -> JobSpec:
                    timeout_s=60, command=["bash", "-lc", script], **more)  # fmt: skip
 
 
-def build_settings(**overrides: object) -> KanikoSettings:
-    values: dict[str, object] = {
-        "gitsha": "abd6dc86", "image": IMAGE, "docker_user": "penfever", "docker_token_env": "GHCR_TOKEN",
-    }  # fmt: skip
-    return KanikoSettings(**{**values, **overrides})
-
-
 def files_under(root: Path) -> Iterator[Path]:
     return (p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-# ---- pure: states, the real CLI's JSON shapes, the command line -------------------------------
+# ---- pure: what the real CLI prints --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("spelling", "state"),
-    [("JOB_STATE_SUCCEEDED", JobState.SUCCEEDED), ("Succeeded", JobState.SUCCEEDED), ("succeeded", JobState.SUCCEEDED),
-     ("JOB_STATE_WORKER_FAILED", JobState.WORKER_FAILED), ("worker-failed", JobState.WORKER_FAILED),
-     (" Running ", JobState.RUNNING), ("JOB_STATE_UNSPECIFIED", JobState.PENDING), ("", JobState.PENDING)],
+    [("succeeded", JobState.SUCCEEDED), ("JOB_STATE_SUCCEEDED", JobState.SUCCEEDED), ("worker_failed", JobState.WORKER_FAILED),
+     ("worker-failed", JobState.WORKER_FAILED), (" running ", JobState.RUNNING), ("unspecified", JobState.PENDING)],
 )  # fmt: skip
 def test_states_are_read_however_iris_spells_them(spelling: str, state: JobState) -> None:
     assert JobState.parse(spelling) is state
 
 
-def test_unknown_state_is_an_error_not_a_guess() -> None:
-    with pytest.raises(IrisError, match="'JOB_STATE_EXPLODED'"):
-        JobState.parse("JOB_STATE_EXPLODED")
+def test_an_unknown_state_is_an_error_that_shows_the_value_not_a_vanished_job() -> None:
+    with pytest.raises(IrisError, match="'exploded', which lockstep does not know"):
+        JobState.parse("exploded")
 
 
-def test_real_summary_json_shape() -> None:
-    # `iris job summary ID --json` (build_job_summary): friendly state, exit_code an int even while running.
-    running = {"job_id": "/benjaminfeuer/tpu-kaniko-abd6dc86", "name": "/benjaminfeuer/tpu-kaniko-abd6dc86",
-               "state": "running", "exit_code": 0, "error": "", "tasks": [{"state": "running", "exit_code": None}]}  # fmt: skip
-    now = parse_job_status(running, job_id="/benjaminfeuer/tpu-kaniko-abd6dc86")
-    assert (now.state, now.exit_code, now.error) == (JobState.RUNNING, None, None)
-    failed = parse_job_status({**running, "state": "failed", "exit_code": 3, "error": f"push denied for {SECRET}"},
-                              job_id="x", secrets=[SECRET])  # fmt: skip
-    assert (failed.state, failed.exit_code, failed.error) == (JobState.FAILED, 3, "push denied for ***")
+def test_describe_text_of_a_failed_job() -> None:
+    s = parse_state_text(DESCRIBE_FAILED, job_id="/benjaminfeuer/tpu-kaniko-abd6dc86")
+    assert (s.state, s.exit_code, s.failures, s.preemptions) == (JobState.FAILED, 137, 1, 0)
+    assert s.error == "OOMKilled: container exceeded its memory limit"
+    assert [(t.index, t.state, t.exit_code, t.diagnostic) for t in s.tasks] == [("0", "failed", 137, "OOMKilled")]
 
 
-def test_real_list_entry_shape() -> None:
-    # `iris job list --json`: MessageToDict of JobStatus; defaults omitted, enum names, epoch_ms strings.
-    done = parse_job_status({"job_id": "/u/j", "state": "JOB_STATE_SUCCEEDED", "finished_at": {"epoch_ms": "1783500000000"}},
-                            job_id="/u/j")  # fmt: skip
-    assert (done.state, done.exit_code, done.finished_at) == (JobState.SUCCEEDED, 0, "2026-07-08T08:40:00+00:00")
-    camel = parse_job_status({"jobId": "/u/j", "state": "JOB_STATE_FAILED", "exitCode": 137, "finishedAt": {"epochMs": "0"}},
-                             job_id="/u/j")  # fmt: skip
-    assert (camel.state, camel.exit_code, camel.finished_at) == (JobState.FAILED, 137, None)
-    killed = parse_job_status({"job_id": "/u/j", "state": "JOB_STATE_KILLED", "exit_code": 0}, job_id="/u/j")
-    assert killed.exit_code is None  # a proto default, not a clean exit
+def test_pending_diagnostics_and_a_default_exit_that_is_not_believed() -> None:
+    s = parse_state_text(DESCRIBE_PENDING, job_id="/benjaminfeuer/tpu-kaniko-abd6dc86")
+    assert (s.state, s.exit_code, s.error) == (JobState.PENDING, None, None)  # exit=0 is the proto default
+    assert s.diagnostics() == "task 0 pending: Pending: insufficient cpu (need 32, max free 16)"
+    running = parse_state_text(SUMMARY_RUNNING_2026_07, job_id="/u/j")
+    assert (running.state, running.exit_code, running.preemptions, running.diagnostics()) == (JobState.RUNNING, None, 1, "")
 
 
-def test_job_id_is_read_from_what_job_run_prints() -> None:
-    out = "INFO Submitting job: tpu-kaniko-abd6dc86\n/benjaminfeuer/tpu-kaniko-abd6dc86\n"
-    assert parse_job_id(out, name="tpu-kaniko-abd6dc86") == "/benjaminfeuer/tpu-kaniko-abd6dc86"
-    assert parse_job_id("Job submitted: /u/other-name\n", name="tpu-kaniko-abd6dc86") == "/u/other-name"
-    assert parse_job_id("nothing useful\n", name="tpu-kaniko-abd6dc86") is None
+# marin-iris 0.2.20.dev202606180959 against its own local controller: the job's exit stays 0.
+REAL_SUMMARY_FAILED_2026_06 = """Job: /root/fail (/root/fail)
+State: failed  exit=0  failures=1  preemptions=0
+Tasks: 0/1 completed  failed=1
+Error: Exit code: 3
+
+  TASK  STATE       EXIT  DURATION      PEAK MEM    CUR MEM    ERROR
+     0  failed         3  1.02 seconds  -           -          Exit code: 3
+"""
 
 
-def test_argv_is_exactly_the_runbook_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_2026_06_failed_job_carries_its_exit_code_on_the_task() -> None:
+    s = parse_state_text(REAL_SUMMARY_FAILED_2026_06, job_id="/root/fail")
+    assert (s.state, s.exit_code, s.error) == (JobState.FAILED, 3, "Exit code: 3")
+
+
+def test_summary_json_of_2026_06_and_a_non_integer_exit() -> None:
+    done = parse_state_json({"job_id": "/u/j", "state": "failed", "exit_code": 3, "error": f"push denied for {SECRET}",
+                             "tasks": [{"index": "0", "state": "failed", "exit_code": 3, "error": ""}]},
+                            job_id="/u/j", secrets=[SECRET])  # fmt: skip
+    assert (done.state, done.exit_code, done.error) == (JobState.FAILED, 3, "push denied for ***")
+    with pytest.raises(IrisError, match="exit_code 'abc'"):
+        parse_state_json({"job_id": "/u/j", "state": "failed", "exit_code": "abc"}, job_id="/u/j")
+
+
+def test_job_list_table_with_and_without_reasons() -> None:
+    rows = parse_list_text("JOB ID            STATE    SUBMITTED                         REASON\n"
+                           "/u/tpu-kaniko-ab  pending  2026-11-30T10:00:00.123000+00:00  insufficient cpu\n"
+                           "/u/tpu-kaniko-a   running  2026-11-30T09:00:00+00:00\n")  # fmt: skip
+    assert [(r.job_id, r.state, r.submitted, r.reason) for r in rows] == [
+        ("/u/tpu-kaniko-ab", "pending", "2026-11-30T10:00:00.123000+00:00", "insufficient cpu"),
+        ("/u/tpu-kaniko-a", "running", "2026-11-30T09:00:00+00:00", "")]
+    assert parse_list_text("No jobs found.\n") == []
+
+
+def test_capabilities_are_read_from_the_real_help_screens() -> None:
+    assert help_commands(REAL_JOB_HELP_2026_06) == {"bug-report", "kill", "list", "logs", "run", "stop", "summary"}
+    options = help_options(REAL_RUN_HELP_2026_06)
+    assert {"-e", "--env-vars", "--user", "--preemptible", "--no-preemptible", "--task-image"} <= options
+    assert "--no-sync" not in options and "--tpu" not in options  # mentioned in a description, not an option
+
+
+def test_argv_is_the_runbook_shape_with_user_and_no_preemptible(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GHCR_TOKEN", SECRET)
-    spec = JobSpec(name="tpu-kaniko-abd6dc86", task_image="docker.io/library/ubuntu:22.04",
-                   env={"DOCKER_USER_ID": "penfever", "BUILD_B64": "ZWNobyBoaQ==", "GITSHA": "abd6dc86"},
-                   secret_env={"DOCKER_TOKEN": "GHCR_TOKEN"},
-                   command=["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh'])  # fmt: skip
-    cli = IrisCli(binary="/opt/otagent/bin/iris", cluster="cw-us-east-02a")
-    assert cli.argv(spec) == [
-        "/opt/otagent/bin/iris", "--cluster=cw-us-east-02a", "job", "run",
-        "--task-image", "docker.io/library/ubuntu:22.04", "--no-sync", "--enable-extra-resources",
-        "--cpu", "16", "--memory", "64GB", "--disk", "120GB",
-        "--job-name", "tpu-kaniko-abd6dc86", "--max-retries", "0", "--timeout", "10800",
-        "-e", "DOCKER_USER_ID", "penfever", "-e", "BUILD_B64", "ZWNobyBoaQ==", "-e", "GITSHA", "abd6dc86",
-        "-e", "DOCKER_TOKEN", SECRET,
-        "--no-wait", "--", "bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh',
-    ]  # fmt: skip
-    redacted = cli.redacted_argv(spec)
-    assert redacted == ["***" if a == SECRET else a for a in cli.argv(spec)]
-    assert SECRET not in cli.command_line(spec)
-    assert "-e DOCKER_TOKEN '***'" in cli.command_line(spec)
+    spec = kaniko_job(KanikoSettings(gitsha="abd6dc86", image=IMAGE, docker_user="penfever", docker_token_env="GHCR_TOKEN"),
+                      build_script(IMAGE).encode())  # fmt: skip
+    cli = IrisCli(binary="/opt/otagent/bin/iris", cluster="cw-us-east-02a", user="benjaminfeuer")
+    argv = cli.argv(spec)
+    assert argv[:4] == ["/opt/otagent/bin/iris", "--cluster=cw-us-east-02a", "job", "run"]
+    assert argv[argv.index("--user") + 1] == "benjaminfeuer" and "--no-preemptible" in argv
+    assert argv[argv.index("--") - 1] == "--no-wait" and argv[argv.index("DOCKER_TOKEN") + 1] == SECRET
+    assert cli.job_id(spec.name) == "/benjaminfeuer/tpu-kaniko-abd6dc86"  # known before the submit
+    assert SECRET not in cli.command_line(spec) and "-e DOCKER_TOKEN '***'" in cli.command_line(spec)
+    assert f"'<{len(spec.env['BUILD_B64'])} chars>'" in cli.command_line(spec)  # the script, shown by size
 
 
-def test_secret_also_masked_where_a_caller_put_it_by_mistake(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GHCR_TOKEN", SECRET)
-    spec = job("leaky", f"echo {SECRET}", secret_env={"DOCKER_TOKEN": "GHCR_TOKEN"})
-    assert SECRET not in IrisCli(cluster="c").command_line(spec)
+@pytest.mark.parametrize("bad", [{"cluster": None}, {"config_file": "x.yaml"}, {"user": "a b"}, {"user": "--x"}])
+def test_a_cli_needs_one_target_and_a_plain_user(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        IrisCli(**{"cluster": "c", "user": "u", **bad})
 
 
-@pytest.mark.parametrize("value", [None, ""])
-def test_missing_secret_names_the_variable_never_a_value(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
-    if value is None:
-        monkeypatch.delenv("GHCR_TOKEN", raising=False)
-    else:
-        monkeypatch.setenv("GHCR_TOKEN", value)
+def test_missing_secret_names_the_variable_never_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GHCR_TOKEN", raising=False)
     spec = job("needs-token", "exit 0", secret_env={"DOCKER_TOKEN": "GHCR_TOKEN"})
-    cli = IrisCli(cluster="c")
     with pytest.raises(IrisError, match=r"-e DOCKER_TOKEN comes from environment variable GHCR_TOKEN, which is not set"):
-        cli.argv(spec)
-    with pytest.raises(IrisError, match="GHCR_TOKEN"):
-        cli.submit(spec=spec, cwd=Path.cwd())
-    redacted = cli.redacted_argv(spec)  # still loggable
-    assert redacted[redacted.index("DOCKER_TOKEN") + 1] == "***"
+        IrisCli(cluster="c", user="u").argv(spec)
 
 
-def test_poll_bounds_must_be_ordered() -> None:
-    with pytest.raises(ValidationError, match="poll_min_s"):
-        IrisCli(cluster="c", poll_min_s=10, poll_max_s=1)
+# ---- against the sandbox iris, in each contract ------------------------------------------------
 
 
-# ---- against the fake iris --------------------------------------------------------------------
+def test_capabilities_of_each_generation(fake: Fake) -> None:
+    caps = fake.cli().capabilities()
+    want = {"2026-08": ("describe", "cancel", False), "2026-07": ("summary", "kill", False),
+            "2026-06": ("summary", "kill", True)}[fake.contract]  # fmt: skip
+    assert (caps.state_command, caps.cancel_command, caps.summary_json) == want
+    assert "--no-sync" in caps.run_options and "--user" in caps.run_options
 
 
-def test_command_job_succeeds_with_its_state_not_its_log(fake: Fake) -> None:
+def test_today_refuses_json_as_click_does(today: Fake) -> None:
+    said = subprocess.run([str(today.binary), "--cluster=sandbox", "job", "describe", "/sandbox/x", "--json"],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert said.returncode == 2 and "No such option: --json" in said.stderr
+    gone = subprocess.run([str(today.binary), "--cluster=sandbox", "job", "summary", "/sandbox/x"],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert gone.returncode == 2 and "No such command 'summary'" in gone.stderr
+
+
+def test_a_command_job_succeeds_by_its_state(fake: Fake) -> None:
     cli = fake.cli()
-    job_id = cli.submit(spec=job("smoke-ok", 'echo "ran on $TASK_IMAGE"; exit 0'), cwd=fake.workspace)
-    assert job_id == "/sandbox/smoke-ok"
-    done = cli.wait(job_id=job_id, timeout_s=20)
+    sub = cli.submit(spec=job("smoke-ok", 'echo "ran on $TASK_IMAGE"; exit 0'), cwd=fake.workspace)
+    assert sub.job_id == "/sandbox/smoke-ok" and sub.listed is not None and sub.listed.state
+    done = cli.wait(job_id=sub.job_id, timeout_s=20, submission=sub)
     assert (done.state, done.exit_code, done.error) == (JobState.SUCCEEDED, 0, None)
-    assert done.finished_at is not None
-    assert "ran on docker.io/library/ubuntu:22.04" in (job_dir(fake.home, job_id) / "log").read_text()
+    log = cli.logs(job_id=sub.job_id, since_ms=sub.submitted_ms)
+    assert log.tail == [l for l in log.tail if "ran on docker.io/library/ubuntu:22.04" in l] and log.leaked == []
 
 
-def test_failure_carries_the_real_exit_code(fake: Fake) -> None:
+def test_a_failure_carries_the_exit_code_and_the_log(fake: Fake) -> None:
     cli = fake.cli()
-    done = cli.wait(job_id=cli.submit(spec=job("smoke-bad", "exit 7"), cwd=fake.workspace), timeout_s=20)
-    assert (done.state, done.exit_code) == (JobState.FAILED, 7)
+    sub = cli.submit(spec=job("smoke-bad", "for i in $(seq 1 300); do echo line $i; done; exit 7"), cwd=fake.workspace)
+    done = cli.wait(job_id=sub.job_id, timeout_s=20, submission=sub)
+    assert (done.state, done.exit_code) == (JobState.FAILED, 7) and "Exit code 7" in (done.error or "")
+    log = cli.logs(job_id=sub.job_id, since_ms=sub.submitted_ms)
+    # The whole window (--no-tail from the submit), its last 200 lines kept: the end of the story.
+    assert log.lines == 300 and len(log.tail) == 200 and log.tail[-1].endswith("| line 300")
 
 
-def test_kaniko_build_runs_the_builder_on_the_bundle(fake: Fake) -> None:
+def test_oom_is_failed_with_no_last_line(fake: Fake) -> None:
+    queue_fault(fake.home, "oom")
     cli = fake.cli()
-    settings = build_settings()
-    spec = kaniko_job(settings, (fake.workspace / "docker" / "build_tpu_kaniko.sh").read_bytes())
-    job_id = cli.submit(spec=spec, cwd=fake.workspace)
-    assert job_id == "/sandbox/tpu-kaniko-abd6dc86"
-    done = cli.wait(job_id=job_id, timeout_s=20)
-    assert (done.state, done.exit_code) == (JobState.SUCCEEDED, 0), (job_dir(fake.home, job_id) / "log").read_text()
-    pushed = json.loads((job_dir(fake.home, job_id) / "pushed.json").read_text())
-    assert pushed == {"destination": build_destination(settings), "user": "penfever", "token_length": len(SECRET),
-                      "inherited_ghcr_token": False}  # fmt: skip
-    log = (job_dir(fake.home, job_id) / "log").read_text()
-    assert "with token ***" in log and SECRET not in log
+    sub = cli.submit(spec=job("smoke-oom", "echo never printed"), cwd=fake.workspace)
+    done = cli.wait(job_id=sub.job_id, timeout_s=20)
+    assert (done.state, done.exit_code) == (JobState.FAILED, 137) and "OOMKilled" in (done.error or "")
+    assert cli.logs(job_id=sub.job_id, since_ms=sub.submitted_ms).lines == 0  # only the state says what happened
 
 
-def test_build_without_gitsha_dies_like_the_script(fake: Fake) -> None:
-    spec = kaniko_job(build_settings(), BUILD_SCRIPT.encode())
-    spec = spec.model_copy(update={"env": {k: v for k, v in spec.env.items() if k != "GITSHA"}})
+def test_unschedulable_is_terminal_with_its_reason(today: Fake) -> None:
+    queue_fault(today.home, "unschedulable")
+    cli = today.cli()
+    done = cli.wait(job_id=cli.submit(spec=job("first", "exit 0"), cwd=today.workspace).job_id, timeout_s=20)
+    assert (done.state, done.exit_code) == (JobState.UNSCHEDULABLE, None) and "no worker can fit" in (done.error or "")
+
+
+def test_a_job_stuck_pending_says_why_when_the_wait_gives_up(today: Fake, caplog: pytest.LogCaptureFixture) -> None:
+    queue_fault(today.home, "pending")
+    cli = today.cli()
+    sub = cli.submit(spec=job("stuck", "exit 0"), cwd=today.workspace)
+    with pytest.raises(IrisError, match=r"still pending \(.*no worker can fit cpu=1.*\) after 0.6s .*NOT cancelled"):
+        cli.wait(job_id=sub.job_id, timeout_s=0.6)
+    cli.cancel(job_id=sub.job_id)
+
+
+def test_hang_then_cancel_ends_the_whole_process_group(fake: Fake) -> None:
     cli = fake.cli()
-    done = cli.wait(job_id=cli.submit(spec=spec, cwd=fake.workspace), timeout_s=20)
-    assert (done.state, done.exit_code) == (JobState.FAILED, 1)
-    jd = job_dir(fake.home, "/sandbox/tpu-kaniko-abd6dc86")
-    assert "GITSHA: GITSHA is required" in (jd / "log").read_text()
-    assert not (jd / "pushed.json").exists()  # the builder never ran
-
-
-def test_hang_times_out_naming_the_state_then_kill(fake: Fake) -> None:
-    queue_fault(fake.home, "hang")
-    cli = fake.cli()
-    job_id = cli.submit(spec=job("smoke-hang", "exit 0"), cwd=fake.workspace)
-    started = time.monotonic()
-    with pytest.raises(IrisError, match=r"still running after 0.4s .* NOT killed.*job kill /sandbox/smoke-hang"):
-        cli.wait(job_id=job_id, timeout_s=0.4)
-    assert time.monotonic() - started < 2
-    worker = json.loads((job_dir(fake.home, job_id) / "state.json").read_text())["worker_pgid"]
-    cli.kill(job_id=job_id)
-    done = cli.wait(job_id=job_id, timeout_s=5)
-    assert done.state is JobState.KILLED and done.exit_code is None
-    assert gone(worker)  # the worker and its process group, not just the record
+    sub = cli.submit(spec=job("smoke-sleep", "sleep 30 & sleep 30; wait"), cwd=fake.workspace)
+    with pytest.raises(IrisError, match=rf"still running after 0.4s.*job {fake.cli().capabilities().cancel_command} /sandbox/smoke-sleep"):
+        cli.wait(job_id=sub.job_id, timeout_s=0.4)
+    worker = json.loads((job_dir(fake.home, sub.job_id) / "state.json").read_text())["worker_pgid"]
+    cli.cancel(job_id=sub.job_id)
+    assert cli.wait(job_id=sub.job_id, timeout_s=5).state is JobState.KILLED
+    assert gone(worker)
+    cli.cancel(job_id=sub.job_id)  # ending a finished job is not an error
 
 
 def gone(pgid: int, within_s: float = 3.0) -> bool:
@@ -247,7 +335,7 @@ def gone(pgid: int, within_s: float = 3.0) -> bool:
         live = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError):
-                fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+                fields = stat.read_text().rsplit(")", 1)[1].split()
                 if int(fields[2]) == pgid and fields[0] != "Z":
                     live.append(stat.parent.name)
         if not live:
@@ -256,66 +344,117 @@ def gone(pgid: int, within_s: float = 3.0) -> bool:
     return False
 
 
-def test_kill_ends_a_running_command_and_everything_it_started(fake: Fake) -> None:
+def test_prefix_matching_kill_of_older_iris_never_ends_a_sibling(fake: Fake) -> None:
     cli = fake.cli()
-    job_id = cli.submit(spec=job("smoke-sleep", "sleep 30 & sleep 30; wait"), cwd=fake.workspace)
-    with pytest.raises(IrisError, match="still running"):
-        cli.wait(job_id=job_id, timeout_s=0.3)
-    worker = json.loads((job_dir(fake.home, job_id) / "state.json").read_text())["worker_pgid"]
-    cli.kill(job_id=job_id)
-    assert cli.wait(job_id=job_id, timeout_s=5).state is JobState.KILLED
-    assert gone(worker)
-    cli.kill(job_id=job_id)  # killing a finished job is not an error
+    mine = cli.submit(spec=job("tpu-kaniko-abd6dc8", "sleep 30"), cwd=fake.workspace)
+    sibling = cli.submit(spec=job("tpu-kaniko-abd6dc86", "sleep 30"), cwd=fake.workspace)
+    if fake.contract == "2026-08":
+        cli.cancel(job_id=mine.job_id)  # `cancel` is exact
+    else:
+        with pytest.raises(IrisError, match=r"matches ids by prefix and would also end /sandbox/tpu-kaniko-abd6dc86"):
+            cli.cancel(job_id=mine.job_id)
+    assert cli.describe(job_id=sibling.job_id).state is not JobState.KILLED  # type: ignore[union-attr]
 
 
-def test_worker_that_dies_mid_job_is_worker_failed(fake: Fake) -> None:
-    queue_fault(fake.home, "hang")
-    cli = fake.cli()
-    job_id = cli.submit(spec=job("smoke-crash", "exit 0"), cwd=fake.workspace)
+def test_a_worker_that_dies_mid_job_is_worker_failed(today: Fake) -> None:
+    queue_fault(today.home, "hang")
+    cli = today.cli()
+    sub = cli.submit(spec=job("smoke-crash", "exit 0"), cwd=today.workspace)
     with pytest.raises(IrisError, match="still running"):
-        cli.wait(job_id=job_id, timeout_s=0.2)
-    os.killpg(json.loads((job_dir(fake.home, job_id) / "state.json").read_text())["worker_pgid"], signal.SIGKILL)
-    done = cli.wait(job_id=job_id, timeout_s=5)
+        cli.wait(job_id=sub.job_id, timeout_s=0.2)
+    os.killpg(json.loads((job_dir(today.home, sub.job_id) / "state.json").read_text())["worker_pgid"], signal.SIGKILL)
+    done = cli.wait(job_id=sub.job_id, timeout_s=5)
     assert done.state is JobState.WORKER_FAILED and "worker process died" in (done.error or "")
 
 
-def test_vanished_job_is_an_error(fake: Fake) -> None:
-    queue_fault(fake.home, "vanish")
-    cli = fake.cli()
-    job_id = cli.submit(spec=job("smoke-vanish", "exit 0"), cwd=fake.workspace)
+def test_a_vanished_job_is_an_error(today: Fake) -> None:
+    queue_fault(today.home, "vanish")
+    cli = today.cli()
+    sub = cli.submit(spec=job("smoke-vanish", "exit 0"), cwd=today.workspace)
     with pytest.raises(IrisError, match=r"vanished: iris did not know it in 3 consecutive polls"):
-        cli.wait(job_id=job_id, timeout_s=20)
-    assert cli.summary(job_id=job_id) is None
+        cli.wait(job_id=sub.job_id, timeout_s=20)
+    assert cli.describe(job_id=sub.job_id) is None
 
 
-def test_oom_reap_is_killed_with_no_last_line(fake: Fake) -> None:
-    queue_fault(fake.home, "oom")
+def test_a_job_replaced_by_another_submission_of_its_name_is_not_ours(fake: Fake) -> None:
+    queue_fault(fake.home, "replace")
     cli = fake.cli()
-    job_id = cli.submit(spec=job("smoke-oom", "echo never printed"), cwd=fake.workspace)
-    done = cli.wait(job_id=job_id, timeout_s=20)
-    assert (done.state, done.exit_code) == (JobState.KILLED, 137)
-    assert (job_dir(fake.home, job_id) / "log").read_text() == ""  # only the state says what happened
+    sub = cli.submit(spec=job("smoke-replaced", "sleep 0.3; exit 0"), cwd=fake.workspace)
+    time.sleep(1.5)  # it ends, and someone submits the same name
+    with pytest.raises(JobReplaced, match="submitted at .* but iris now reports a job of that name submitted at"):
+        cli.wait(job_id=sub.job_id, timeout_s=20, submission=sub)
 
 
-def test_unschedulable_is_terminal(fake: Fake) -> None:
-    queue_fault(fake.home, "ok")  # the queue is consumed one entry per job, in order
-    queue_fault(fake.home, "unschedulable")
+def test_a_running_job_of_the_same_name_refuses_the_submit(today: Fake) -> None:
+    cli = today.cli()
+    cli.submit(spec=job("busy", "sleep 30"), cwd=today.workspace)
+    with pytest.raises(JobAlreadyRunning, match=r"/sandbox/busy is already running on the cluster \(it is (pending|building|running)"):
+        cli.submit(spec=job("busy", "exit 0", secret_env={"DOCKER_TOKEN": "GHCR_TOKEN"}), cwd=today.workspace)
+
+
+def test_a_client_too_old_for_the_controller_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _fake(tmp_path, "2026-06", too_old=True)
+    with pytest.raises(ClientTooOld, match=r"refuses the iris CLI .*client is too old.*upgrade marin-iris"):
+        f.cli().submit(spec=job("x", "exit 0"), cwd=f.workspace)
+
+
+def test_a_binary_without_no_sync_is_refused_before_anything_runs(today: Fake, tmp_path: Path) -> None:
+    # The 2026-06-18 wheel's shape: no --no-sync yet (it came on 2026-06-24).
+    old = tmp_path / "iris-2026-06-18"
+    old.write_text(f'#!/bin/sh\n"{today.binary}" "$@" | grep -v -- "--no-sync"\n')
+    old.chmod(0o755)
+    with pytest.raises(MissingCapability, match=r"has no --no-sync for `job run` \(--no-sync arrived in iris on 2026-06-24"):
+        today.cli(binary=str(old)).submit(spec=job("never", "exit 0"), cwd=today.workspace)
+    assert not (today.home / "jobs" / "sandbox").exists()
+
+
+def test_a_kaniko_job_runs_the_script_and_its_executor(fake: Fake) -> None:
     cli = fake.cli()
-    first = cli.wait(job_id=cli.submit(spec=job("first", "exit 0"), cwd=fake.workspace), timeout_s=20)
-    second = cli.wait(job_id=cli.submit(spec=job("second", "exit 0"), cwd=fake.workspace), timeout_s=20)
-    assert first.state is JobState.SUCCEEDED
-    assert (second.state, second.exit_code) == (JobState.UNSCHEDULABLE, None)
-    assert "no worker can fit" in (second.error or "")
+    spec = kaniko_job(KanikoSettings(gitsha="abd6dc8", image=IMAGE, docker_user="penfever", docker_token_env="GHCR_TOKEN"),
+                      build_script(IMAGE).encode())  # fmt: skip
+    sub = cli.submit(spec=spec, cwd=fake.workspace)
+    done = cli.wait(job_id=sub.job_id, timeout_s=30, submission=sub)
+    log = cli.logs(job_id=sub.job_id, since_ms=sub.submitted_ms, spec=spec)
+    text = "\n".join(log.tail)
+    assert done.state is JobState.SUCCEEDED, text
+    assert f"--destination {IMAGE}:tpu-abd6dc7" not in text and f"--destination {IMAGE}:tpu-abd6dc8" in text
+    assert "+ CACHE_REPO=" in text and log.leaked == []  # traced, but never while the token is expanded
+    jd = job_dir(fake.home, sub.job_id)
+    config = json.loads(next((jd / "root").rglob("config.json")).read_text())
+    assert base64.b64decode(config["auths"]["sandbox.local"]["auth"]).decode() == f"penfever:{SECRET}"
 
 
-def test_injected_failure(fake: Fake) -> None:
-    queue_fault(fake.home, "fail")
-    cli = fake.cli()
-    done = cli.wait(job_id=cli.submit(spec=job("smoke-fail", "exit 0"), cwd=fake.workspace), timeout_s=20)
-    assert (done.state, done.exit_code) == (JobState.FAILED, 1)
+def test_a_script_that_traces_its_token_is_caught_in_the_log_by_name(today: Fake, tmp_path: Path) -> None:
+    """bash's xtrace prints the token; the real iris does not mask it, so lockstep scans every log it reads."""
+    cli = today.cli()
+    traced = build_script(IMAGE).replace("set -euo pipefail\n", "set -euxo pipefail\n", 1)
+    spec = kaniko_job(KanikoSettings(gitsha="abd6dc8", image=IMAGE, docker_user="penfever", docker_token_env="GHCR_TOKEN"),
+                      traced.encode())  # fmt: skip
+    sub = cli.submit(spec=spec, cwd=today.workspace)
+    cli.wait(job_id=sub.job_id, timeout_s=30, submission=sub)
+    raw = (job_dir(today.home, sub.job_id) / "log").read_text()
+    assert f"+ : {SECRET}" in raw  # what anyone reading the job's logs would see
+    log = cli.logs(job_id=sub.job_id, since_ms=sub.submitted_ms, spec=spec)
+    assert log.leaked == ["GHCR_TOKEN"]
+    assert SECRET not in "\n".join(log.tail) and "***" in "\n".join(log.tail)
+    auth = base64.b64encode(f"penfever:{SECRET}".encode()).decode()
+    assert auth[8:-8] not in "\n".join(log.tail)  # the traced AUTH= line is masked too
 
 
-def test_wait_backs_off_between_the_bounds(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_logs_ask_for_the_window_from_the_submit_never_the_tail(today: Fake, tmp_path: Path) -> None:
+    record = tmp_path / "argv.log"
+    spy = tmp_path / "spy-iris"
+    spy.write_text(f'#!/bin/sh\necho "$@" >> "{record}"\nexec "{today.binary}" "$@"\n')
+    spy.chmod(0o755)
+    cli = today.cli(binary=str(spy))
+    sub = cli.submit(spec=job("windowed", "echo hi"), cwd=today.workspace)
+    cli.wait(job_id=sub.job_id, timeout_s=20)
+    cli.logs(job_id=sub.job_id, since_ms=sub.submitted_ms)
+    (logs,) = [line for line in record.read_text().splitlines() if " job logs " in line]
+    assert f"job logs /sandbox/windowed --since-ms {sub.submitted_ms} --no-tail --max-lines 100000" in logs
+
+
+def test_the_wait_backs_off_between_the_bounds(today: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -323,72 +462,53 @@ def test_wait_backs_off_between_the_bounds(fake: Fake, monkeypatch: pytest.Monke
         time.sleep(seconds)
 
     monkeypatch.setattr(iris_module, "_sleep", sleep)
-    queue_fault(fake.home, "hang")
-    cli = fake.cli(poll_min_s=0.01, poll_max_s=0.04)
-    job_id = cli.submit(spec=job("smoke-backoff", "exit 0"), cwd=fake.workspace)
+    queue_fault(today.home, "hang")
+    cli = today.cli(poll_min_s=0.01, poll_max_s=0.04)
+    sub = cli.submit(spec=job("smoke-backoff", "exit 0"), cwd=today.workspace)
     with pytest.raises(IrisError, match="still running"):
-        cli.wait(job_id=job_id, timeout_s=0.8)
-    assert slept[:3] == [0.01, 0.02, 0.04]
-    assert all(s <= 0.04 for s in slept) and len(slept) >= 4
+        cli.wait(job_id=sub.job_id, timeout_s=2)
+    assert slept[:3] == [0.01, 0.02, 0.04] and all(s <= 0.04 for s in slept) and len(slept) >= 4
 
 
-def test_secret_never_reaches_records_logs_or_errors(fake: Fake, tmp_path: Path) -> None:
-    cli = fake.cli()
-    spec = kaniko_job(build_settings(), BUILD_SCRIPT.encode())
-    job_id = cli.submit(spec=spec, cwd=fake.workspace)
-    done = cli.wait(job_id=job_id, timeout_s=20)
-    assert done.state is JobState.SUCCEEDED and SECRET not in done.model_dump_json()
-    # A second submit of a running name, and a CLI that echoes its argv back when it fails.
-    queue_fault(fake.home, "hang")
-    hung = cli.submit(spec=job("smoke-hang", "exit 0", secret_env={"DOCKER_TOKEN": "GHCR_TOKEN"}), cwd=fake.workspace)
-    with pytest.raises(IrisError, match="already exists and is") as twice:
-        cli.submit(spec=job("smoke-hang", "exit 0", secret_env={"DOCKER_TOKEN": "GHCR_TOKEN"}), cwd=fake.workspace)
-    cli.kill(job_id=hung)
+def test_no_secret_reaches_records_or_errors(today: Fake, tmp_path: Path) -> None:
+    cli = today.cli()
+    spec = kaniko_job(KanikoSettings(gitsha="abd6dc8", image=IMAGE, docker_user="penfever", docker_token_env="GHCR_TOKEN"),
+                      build_script(IMAGE).encode())  # fmt: skip
+    sub = cli.submit(spec=spec, cwd=today.workspace)
+    done = cli.wait(job_id=sub.job_id, timeout_s=30)
+    assert done.state is JobState.SUCCEEDED and SECRET not in done.model_dump_json() + sub.model_dump_json()
     echo = tmp_path / "echo-iris"
-    echo.write_text('#!/bin/sh\necho "refused: $*" >&2\nexit 3\n')
+    echo.write_text(f'#!/bin/sh\ncase "$*" in *--help*) exec "{today.binary}" "$@";; esac\n'
+                    'echo "refused: $*" >&2\nexit 3\n')  # fmt: skip
     echo.chmod(0o755)
     with pytest.raises(IrisError, match=r"failed \(exit 3\)") as refused:
-        fake.cli(binary=str(echo)).submit(spec=spec, cwd=fake.workspace)
-    for err in (twice.value, refused.value):
-        assert SECRET not in str(err)
-    assert "-e DOCKER_TOKEN *** --no-wait" in str(refused.value)
-    leaks = [p for p in files_under(tmp_path) if SECRET.encode() in p.read_bytes()]
+        today.cli(binary=str(echo)).submit(spec=spec, cwd=today.workspace)
+    assert SECRET not in str(refused.value) and "-e DOCKER_TOKEN *** --no-wait" in str(refused.value)
+    leaks = [p for p in files_under(tmp_path) if SECRET.encode() in p.read_bytes()
+             and p.name != "config.json"]  # the kaniko auth file in the task's /kaniko is the token's place
     assert leaks == []
 
 
-def test_summary_of_an_unknown_job_is_none(fake: Fake) -> None:
-    assert fake.cli().summary(job_id="/sandbox/never-submitted") is None
-
-
-def test_summary_falls_back_to_list_on_an_older_iris(fake: Fake, tmp_path: Path) -> None:
-    old = tmp_path / "old-iris"
-    old.write_text(f'#!/bin/sh\nif [ "$2 $3" = "job summary" ]; then echo "Error: No such command \'summary\'." >&2; exit 2; fi\n'
-                   f'exec {fake.binary} "$@"\n')  # fmt: skip
-    old.chmod(0o755)
-    cli = fake.cli(binary=str(old))
-    done = cli.wait(job_id=cli.submit(spec=job("smoke-old", "exit 5"), cwd=fake.workspace), timeout_s=20)
-    assert (done.state, done.exit_code) == (JobState.FAILED, 5) and done.finished_at is not None
-
-
-def test_a_cli_that_hangs_is_cut_off_by_the_timeout(fake: Fake, tmp_path: Path) -> None:
+def test_a_cli_that_hangs_is_cut_off_by_the_timeout(today: Fake, tmp_path: Path) -> None:
     stuck = tmp_path / "stuck-iris"
     stuck.write_text("#!/bin/sh\nsleep 30\n")  # a child holding the pipes: the group must be killed
     stuck.chmod(0o755)
     started = time.monotonic()
     with pytest.raises(IrisError, match=r"did not answer in 0.3s"):
-        fake.cli(binary=str(stuck), timeout_s=0.3).kill(job_id="/sandbox/x")
+        today.cli(binary=str(stuck), timeout_s=0.3).capabilities()
     assert time.monotonic() - started < 3
 
 
-def test_wait_gives_up_when_iris_keeps_failing(fake: Fake, tmp_path: Path) -> None:
+def test_the_wait_gives_up_when_iris_keeps_failing(today: Fake, tmp_path: Path) -> None:
     broken = tmp_path / "broken-iris"
-    broken.write_text("#!/bin/sh\necho 'connection refused' >&2\nexit 1\n")
+    broken.write_text(f'#!/bin/sh\ncase "$*" in *--help*) exec "{today.binary}" "$@";; esac\n'
+                      "echo 'connection refused' >&2\nexit 1\n")  # fmt: skip
     broken.chmod(0o755)
-    with pytest.raises(IrisError, match="failed to answer for job /sandbox/x 3 times in a row.*connection refused"):
-        fake.cli(binary=str(broken)).wait(job_id="/sandbox/x", timeout_s=20)
+    with pytest.raises(IrisError, match=r"(?s)failed to answer for job /sandbox/x 3 times in a row.*connection refused"):
+        today.cli(binary=str(broken)).wait(job_id="/sandbox/x", timeout_s=20)
 
 
-def test_bundle_is_the_git_working_tree(fake: Fake, tmp_path: Path) -> None:
+def test_the_bundle_is_the_git_working_tree(today: Fake, tmp_path: Path) -> None:
     repo = tmp_path / "consumer"
     repo.mkdir()
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
@@ -400,19 +520,19 @@ def test_bundle_is_the_git_working_tree(fake: Fake, tmp_path: Path) -> None:
     (repo / "tracked.txt").write_text("edited, not committed\n")
     (repo / "new.txt").write_text("untracked\n")
     (repo / "cache.pyc").write_text("ignored\n")
-    cli = fake.cli()
-    job_id = cli.submit(spec=job("bundle", "exit 0"), cwd=repo)
-    app = job_dir(fake.home, job_id) / "app"
+    cli = today.cli()
+    sub = cli.submit(spec=job("bundle", "exit 0"), cwd=repo)
+    app = job_dir(today.home, sub.job_id) / "app"
     assert sorted(p.name for p in app.iterdir()) == [".gitignore", "new.txt", "tracked.txt"]
     assert (app / "tracked.txt").read_text() == "edited, not committed\n"
-    cli.wait(job_id=job_id, timeout_s=20)
+    cli.wait(job_id=sub.job_id, timeout_s=20)
 
 
-def test_task_image_hook_unpacks_the_image_for_the_command(fake: Fake, tmp_path: Path) -> None:
+def test_the_task_image_hook_unpacks_the_image_for_the_command(today: Fake, tmp_path: Path) -> None:
     hook = [sys.executable, "-c", "import os, pathlib; r = pathlib.Path(os.environ['IMAGE_ROOT']) / 'etc';"
             " r.mkdir(parents=True); (r / 'os-release').write_text('image=' + os.environ['TASK_IMAGE'])"]  # fmt: skip
     binary = install_fake_iris(tmp_path / "world", task_image_hook=hook, state_delay_s=0.02)
-    cli = fake.cli(binary=str(binary))
-    job_id = cli.submit(spec=job("with-image", 'cat "$IMAGE_ROOT/etc/os-release"'), cwd=fake.workspace)
-    assert cli.wait(job_id=job_id, timeout_s=20).state is JobState.SUCCEEDED
-    assert (job_dir(fake.home, job_id) / "log").read_text() == "image=docker.io/library/ubuntu:22.04"
+    cli = today.cli(binary=str(binary))
+    sub = cli.submit(spec=job("with-image", 'cat "$IMAGE_ROOT/etc/os-release"'), cwd=today.workspace)
+    assert cli.wait(job_id=sub.job_id, timeout_s=20).state is JobState.SUCCEEDED
+    assert (job_dir(today.home, sub.job_id) / "log").read_text() == "image=docker.io/library/ubuntu:22.04"

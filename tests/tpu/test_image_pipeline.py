@@ -5,21 +5,25 @@ server), the fake iris speaking the real CLI contract. Each test reads the runbo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import git
 import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
+from resources.iris import iris_for
 from resources.registry import HttpRegistry
+from resources.site import load_site
 from resources.uv import UvCli
 from sandbox.fake_iris import queue_fault, stop_all
-from sandbox.world import Sandbox, advance_harbor, up
+from sandbox.world import SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE, Sandbox, advance_harbor, up, use_iris_contract
 from tests.conftest import remote_head, sandbox_resources
 from tests.registry_server import RegistryServer, running_registry
-from tests.runs import Pipeline, checks, failure_message, materialized, metadata
+from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
 
@@ -62,7 +66,7 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert materialized(first) == {"tpu/image", "tpu/smoke", "tpu/verified_image"}
     assert all(e.passed for e in checks(first).values()) and len(checks(first)) == 3
     built = metadata(first, IMAGE)
-    assert built["digest"] == p.pinned(b1) and built["image"].endswith(f":tpu-{b1[:8]}")  # type: ignore[union-attr]
+    assert built["digest"] == p.pinned(b1) and built["image"].endswith(f":tpu-{p.gitsha(b1)}")  # type: ignore[union-attr]
     assert built["harbor_commit_locked"] == guard_fix and int(built["layers"]) >= 3  # type: ignore[arg-type]
     assert "DOCKER_TOKEN" not in str(built["job_command"]) or "***" in str(built["job_command"])
     provenance = metadata(first, VERIFIED_IMAGE)["provenance"]
@@ -147,7 +151,7 @@ def test_image_that_bakes_a_stale_harbor_fails_the_installed_check(any_registry_
 
 
 @pytest.mark.parametrize(("fault", "says"), [("fail", "ended failed"), ("unschedulable", "ended unschedulable"),
-                                              ("oom", "ended killed"), ("vanish", "vanished")])
+                                              ("oom", "ended failed (exit 137, OOMKilled"), ("vanish", "vanished")])
 def test_failed_build_job_pushes_nothing_and_leaves_the_floating_tag(pipeline: Pipeline, fault: str, says: str) -> None:
     head = remote_head(pipeline.sb.consumer)
     queue_fault(pipeline.sb.iris_home, fault)
@@ -157,13 +161,14 @@ def test_failed_build_job_pushes_nothing_and_leaves_the_floating_tag(pipeline: P
     assert materialized(result) == set()
 
 
-def test_hung_build_times_out_on_state_not_on_logs(pipeline: Pipeline) -> None:
+def test_hung_build_ends_on_the_iris_timeout_state_not_on_logs(pipeline: Pipeline) -> None:
+    """A hung build prints nothing; iris ends it at its --timeout and its STATE says so."""
     text = pipeline.sb.site_file.read_text().replace("build_timeout_s = 10800", "build_timeout_s = 3")
     pipeline.sb.site_file.write_text(text)
     queue_fault(pipeline.sb.iris_home, "hang")
     result = pipeline.build(remote_head(pipeline.sb.consumer))
     message = failure_message(result)
-    assert not result.success and "still running after 3s" in message and "job kill" in message
+    assert not result.success and "ended failed" in message and "exceeded its timeout of 3s" in message
 
 
 def test_smoke_failure_blocks_verification(pipeline: Pipeline) -> None:
@@ -181,7 +186,7 @@ def test_pinned_tag_is_reused_never_rebuilt(pipeline: Pipeline) -> None:
     commit = pipeline.relock()
     assert pipeline.build(commit).success
     digest = pipeline.pinned(commit)
-    (kaniko,) = (pipeline.sb.iris_home / "jobs").rglob(f"tpu-kaniko-{commit[:8]}/state.json")
+    (kaniko,) = (pipeline.sb.iris_home / "jobs").rglob(f"tpu-kaniko-{pipeline.gitsha(commit)}/state.json")
     first_job = kaniko.read_text()
     again = pipeline.build(commit)
     assert again.success and pipeline.pinned(commit) == digest
@@ -216,3 +221,110 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
         cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
         assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
         stop_all(sb.iris_home)
+
+
+@pytest.mark.parametrize("contract", ["2026-07", "2026-06"])
+def test_the_pipeline_against_the_older_iris_contracts(pipeline: Pipeline, contract: str) -> None:
+    """Today's iris is the fixture's (2026-08, describe/cancel); the same flow on mid-2026 binaries."""
+    p = pipeline
+    use_iris_contract(p.sb.root, contract)
+    assert iris_for(load_site(p.sb.site_file)).capabilities().contract.startswith(contract[:7] if contract == "2026-07" else "2026-04")
+    fix = advance_harbor(p.sb.root, fix=True)
+    b1 = p.relock()
+    first = p.build(b1)
+    assert first.success, failure_message(first)
+    assert p.tag("promote").success and p.floating() == p.pinned(b1)
+    advance_harbor(p.sb.root)
+    b2 = p.relock()
+    assert p.build(b2).success and p.tag("promote").success and p.floating() == p.pinned(b2)
+    rolled = p.tag("rollback", must_contain=fix[:8])
+    assert rolled.success, failure_message(rolled)
+    assert p.floating() == p.pinned(b1) and metadata(rolled)["hold"] is True
+
+
+def test_a_failed_build_shows_its_state_error_and_masked_log_tail(pipeline: Pipeline, push_consumer) -> None:
+    def fail_in_kaniko(wt: Path) -> None:
+        script = wt / "docker" / "build_tpu_kaniko.sh"
+        text = script.read_text().replace("exec /kaniko/executor", 'echo "error building image: RUN uv pip install: exit status 1" >&2\n'
+                                          'echo "token is $DOCKER_USER_ID"\nexit 3\nexec /kaniko/executor', 1)
+        script.write_text(text)
+
+    head = push_consumer(pipeline.sb, fail_in_kaniko, "build fails in kaniko")
+    result = pipeline.build(head)
+    assert not result.success and "ended failed (exit 3, Exit code 3)" in failure_message(result)
+    meta = failure_metadata(result)
+    assert meta["state"].strip("`\n") == "failed" and meta["exit_code"].strip("`\n") == "3"
+    assert "error building image: RUN uv pip install: exit status 1" in meta["log_tail"]
+    assert "exit 3" in meta["log_tail"]  # the traced script, as iris kept it
+    assert SANDBOX_TOKEN_VALUE not in meta["log_tail"] and pipeline.pinned(head) is None
+
+
+def test_a_token_printed_into_the_job_log_fails_the_run_naming_the_variable(pipeline: Pipeline, tmp_path: Path) -> None:
+    advance_harbor(pipeline.sb.root, fix=True)
+    commit = pipeline.relock()
+    queue_fault(pipeline.sb.iris_home, "leak")
+    result = pipeline.build(commit)
+    message = failure_message(result)
+    assert not result.success and f"contains the value of ${SANDBOX_TOKEN_ENV} (passed as -e DOCKER_TOKEN" in message
+    assert "Revoke that token now" in message and SANDBOX_TOKEN_VALUE not in message
+    assert SANDBOX_TOKEN_VALUE not in json.dumps(failure_metadata(result))
+    written = [p for p in (tmp_path / "dagster_home").rglob("*") if p.is_file() and SANDBOX_TOKEN_VALUE.encode() in p.read_bytes()]
+    assert written == []  # not in the event log, the run storage or the IO manager's files
+
+
+def test_the_real_scripts_xtrace_order_is_refused_before_anything_reaches_iris(pipeline: Pipeline, push_consumer) -> None:
+    def real_order(wt: Path) -> None:
+        script = wt / "docker" / "build_tpu_kaniko.sh"
+        text = script.read_text().replace("set -euo pipefail\n", "set -euxo pipefail\n", 1)
+        script.write_text(text.replace("{ set +x; } 2>/dev/null\n", "", 1))
+
+    head = push_consumer(pipeline.sb, real_order, "build script: trace everything")
+    result = pipeline.build(head)
+    message = failure_message(result)
+    lines = git.Repo(pipeline.sb.consumer).git.show(f"{head}:docker/build_tpu_kaniko.sh").splitlines()
+    xtrace = lines.index("set -euxo pipefail") + 1
+    guard = lines.index(': "${DOCKER_TOKEN:?}"') + 1
+    assert (f"docker/build_tpu_kaniko.sh:{guard}: `set -x` (line {xtrace}) is on when $DOCKER_TOKEN is expanded: the "
+            "token would be printed into the iris job log") in message
+    assert "nothing was submitted to iris" in message
+    assert not (pipeline.sb.iris_home / "jobs" / "sandbox").exists()  # nothing reached iris
+
+
+def test_a_script_that_pushes_elsewhere_is_refused_naming_both(pipeline: Pipeline, push_consumer) -> None:
+    def hard_coded(wt: Path) -> None:
+        script = wt / "docker" / "build_tpu_kaniko.sh"
+        script.write_text(script.read_text().replace(pipeline.site.tpu.image, "ghcr.io/open-thoughts/openthoughts-agent"))
+
+    head = push_consumer(pipeline.sb, hard_coded, "build script: push to ghcr")
+    message = failure_message(pipeline.build(head))
+    assert ("the script pushes to ghcr.io/open-thoughts/openthoughts-agent:tpu-${GITSHA}, but the site's [tpu].image is "
+            f"{pipeline.site.tpu.image}") in message
+    assert not (pipeline.sb.iris_home / "jobs" / "sandbox").exists()
+
+
+def test_a_docker_hub_token_for_ghcr_is_refused_without_echoing_it(pipeline: Pipeline, push_consumer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    ghcr = "ghcr.io/open-thoughts/openthoughts-agent"
+    site = pipeline.sb.site_file
+    site.write_text(site.read_text().replace(f'image = "{pipeline.site.tpu.image}"', f'image = "{ghcr}"'))
+
+    def to_ghcr(wt: Path) -> None:
+        script = wt / "docker" / "build_tpu_kaniko.sh"
+        script.write_text(script.read_text().replace(pipeline.site.tpu.image, ghcr).replace('"sandbox.local"', '"ghcr.io"'))
+
+    head = push_consumer(pipeline.sb, to_ghcr, "build script: ghcr")
+    hub = "dckr_pat_" + "A1b2C3d4E5f6G7h8I9j0" * 2
+    monkeypatch.setenv(SANDBOX_TOKEN_ENV, hub)
+    pipeline.resources["iris"] = iris_for(load_site(site))
+    message = failure_message(pipeline.build(head))
+    assert f"${SANDBOX_TOKEN_ENV} holds a Docker Hub personal access token" in message and hub not in message
+    assert not (pipeline.sb.iris_home / "jobs" / "sandbox").exists()
+
+
+def test_tags_follow_gits_short_length_rule(pipeline: Pipeline) -> None:
+    advance_harbor(pipeline.sb.root, fix=True)
+    commit = pipeline.relock()
+    result = pipeline.build(commit)
+    assert result.success, failure_message(result)
+    short = git.Repo(pipeline.sb.consumer).git.rev_parse("--short", commit)
+    assert metadata(result, IMAGE)["image"] == f"{pipeline.site.tpu.image}:tpu-{short}" and len(short) >= 7

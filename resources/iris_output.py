@@ -1,0 +1,307 @@
+"""What the iris CLI prints, read: help screens, job state (text or JSON), job lists, logs. Pure.
+
+Every shape here is the real CLI's (Marin monorepo `lib/iris/src/iris/cli/job.py`, read at the commits
+named in ../shared/contracts/iris.md; the `marin-iris` 0.2.20.dev202606180959 wheel for the 2026-06
+shapes). The CLI changed under the runbook, so each reader says which versions print what:
+
+- ``job describe ID`` (2026-08-20, 43ea65e00, ``render_job_description_text``) and ``job summary ID``
+  without ``--json`` (2026-04-09..2026-08-20, ``_render_job_summary_text``) print the same head::
+
+      Job: /<user>/<name> (<name>)
+      State: <state>  exit=<int>  failures=<int>  preemptions=<int>
+      Tasks: <completed>/<total> completed  running=1 ...
+      Error: <message>                      <- only when there is one
+      <blank>
+      TASK  STATE  EXIT  DURATION  PEAK MEM  CUR MEM  DIAGNOSTIC|ERROR   <- tabulate "plain"
+
+  ``exit`` is the proto default 0 until the job is terminal: it is believed only in a terminal state.
+- ``job summary ID --json`` (2026-04-09..2026-07-03, 605baceb1..0361dfb98): ``build_job_summary``, one
+  object with ``state`` lower-case, ``exit_code`` an int (0 while running), ``error`` ("" for none),
+  ``failure_count``, ``preemption_count``, ``tasks`` [{index, state, exit_code, error}].
+- ``job list [--prefix P]`` text (every 2026 version): a tabulate "plain" table ``JOB ID  STATE
+  SUBMITTED  [REASON]``, SUBMITTED an ISO-8601 UTC time, REASON ``error or pending_reason`` cut to 60.
+- ``job logs ID``: lines ``[HH:MM:SS] task=<id> [attempt=<n>] | <text>``.
+- Job states (``resources/state.py``): ``unspecified pending building running succeeded failed killed
+  worker_failed unschedulable``. OOM on the Kubernetes backend is ``failed`` (tasks.py:187), not
+  ``killed``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from resources.errors import LockstepError
+from resources.secrets import redact
+
+
+class IrisError(LockstepError):
+    """The iris CLI failed or answered something lockstep cannot read; secrets are redacted."""
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    BUILDING = "building"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    WORKER_FAILED = "worker_failed"
+    UNSCHEDULABLE = "unschedulable"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @classmethod
+    def parse(cls, value: object) -> JobState:
+        """Read a state however iris spells it: ``succeeded``, ``JOB_STATE_SUCCEEDED``, ``worker-failed``.
+
+        ``unspecified`` (the proto default: the controller has said nothing yet) reads as PENDING,
+        which is not an end. Anything else unknown is an IrisError that shows the value iris printed:
+        guessing a state could turn a failure into a success.
+        """
+        text = re.sub(r"[\s-]+", "_", str(value).strip()).lower().removeprefix("job_state_")
+        if text in ("", "unspecified"):
+            return cls.PENDING
+        try:
+            return cls(text)
+        except ValueError:
+            known = ", ".join(s.value for s in cls)
+            raise IrisError(
+                f"iris reported job state {str(value)!r}, which lockstep does not know (known: {known}); "
+                "the iris CLI may be newer than lockstep: check ../shared/contracts/iris.md"
+            ) from None
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.WORKER_FAILED, JobState.UNSCHEDULABLE})
+
+
+class TaskRow(BaseModel):
+    index: str
+    state: str
+    exit_code: int | None = None
+    diagnostic: str = ""
+
+
+class JobSummary(BaseModel):
+    """One reading of a job's state, from whichever command the installed iris has."""
+
+    job_id: str
+    state: JobState
+    exit_code: int | None = Field(default=None, description="Only for a terminal job; 0 only for succeeded.")
+    error: str | None = None
+    failures: int = 0
+    preemptions: int = 0
+    tasks: list[TaskRow] = Field(default_factory=list)
+
+    def diagnostics(self) -> str:
+        """What iris says about the tasks (pending reasons, errors), one line per task that says anything."""
+        return "; ".join(f"task {t.index} {t.state}: {t.diagnostic}" for t in self.tasks if t.diagnostic)
+
+
+class ListedJob(BaseModel):
+    """One row of `job list`: the only place every iris version prints a job's submit time."""
+
+    job_id: str
+    state: str
+    submitted: str = Field(description="ISO-8601 UTC as iris prints it; '-' when unknown.")
+    reason: str = Field(default="", description="error or pending_reason, cut to 60 characters by iris.")
+
+    def submitted_at(self) -> datetime | None:
+        try:
+            return datetime.fromisoformat(self.submitted)
+        except ValueError:
+            return None
+
+
+# -- help screens ----------------------------------------------------------------------------------
+
+_COMMAND_LINE = re.compile(r"^\s{2}([a-z][a-z0-9-]*)(?:\s{2,}|\s*$)")
+_OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][a-zA-Z0-9-]*)")
+
+
+def help_commands(text: str) -> frozenset[str]:
+    """The sub-commands a click help screen lists under ``Commands:``."""
+    names: set[str] = set()
+    inside = False
+    for line in text.splitlines():
+        if line.strip().lower() == "commands:":
+            inside = True
+            continue
+        if inside:
+            if line and not line.startswith(" "):
+                break
+            if m := _COMMAND_LINE.match(line):
+                names.add(m.group(1))
+    return frozenset(names)
+
+
+def help_options(text: str) -> frozenset[str]:
+    """Every option a click help screen lists under ``Options:`` (``--a / --no-a`` gives both)."""
+    options: set[str] = set()
+    inside = False
+    for line in text.splitlines():
+        if line.strip().lower() == "options:":
+            inside = True
+            continue
+        if inside:
+            if line and not line.startswith(" "):
+                break
+            head = line.strip()
+            if head.startswith("-"):
+                # Only the flag column: the description may mention other flags.
+                column = re.split(r"\s{2,}", head, maxsplit=1)[0]
+                options.update(m.group(1) for m in _OPTION.finditer(column))
+    return frozenset(options)
+
+
+# -- job state -------------------------------------------------------------------------------------
+
+_STATE_LINE = re.compile(
+    r"^State:\s*(?P<state>\S+)\s+exit=(?P<exit>-?\d+)(?:\s+failures=(?P<failures>\d+))?(?:\s+preemptions=(?P<pre>\d+))?"
+)
+_DIAGNOSTIC_HEADERS = ("DIAGNOSTIC", "ERROR")
+
+
+def _believed_exit(state: JobState, raw: object, tasks: Sequence[TaskRow] = ()) -> int | None:
+    """iris prints the proto default 0 for a job that is not done, and the 2026-06 controller leaves the
+    job's own exit at 0 even for a failed job (the task carries the code): a clean exit only when it
+    succeeded, else the job's code, else the first non-zero task code."""
+    if state is JobState.SUCCEEDED:
+        return int(raw or 0)
+    if not state.terminal:
+        return None
+    if raw not in (None, "", 0, "0"):
+        return int(raw)  # type: ignore[arg-type]
+    return next((t.exit_code for t in tasks if t.exit_code), None)
+
+
+def parse_state_text(text: str, *, job_id: str, secrets: Iterable[str] = ()) -> JobSummary:
+    """`job describe ID` or `job summary ID` (text) as a JobSummary; IrisError when it is neither."""
+    lines = text.splitlines()
+    state_at = next((i for i, line in enumerate(lines) if _STATE_LINE.match(line.strip())), None)
+    if state_at is None:
+        raise IrisError(f"iris printed no `State: ...` line for {job_id}:\n{redact(text, secrets)[:2000]}")
+    m = _STATE_LINE.match(lines[state_at].strip())
+    assert m is not None
+    state = JobState.parse(m["state"])
+    head_end = next((i for i in range(state_at + 1, len(lines)) if not lines[i].strip()), len(lines))
+    error: list[str] = []
+    for line in lines[state_at + 1:head_end]:
+        if line.startswith("Error:"):
+            error.append(line.removeprefix("Error:").strip())
+        elif error:
+            error.append(line.strip())  # a message that runs over several lines
+    table_at = next((i for i in range(head_end, len(lines)) if _is_header(lines[i])), None)
+    tasks = _task_rows(lines[table_at:]) if table_at is not None else []
+    message = "\n".join(error).strip()
+    return JobSummary(
+        job_id=job_id, state=state, exit_code=_believed_exit(state, m["exit"], tasks),
+        error=redact(message, secrets) or None,
+        failures=int(m["failures"] or 0), preemptions=int(m["pre"] or 0),
+        tasks=[t.model_copy(update={"diagnostic": redact(t.diagnostic, secrets)}) for t in tasks],
+    )
+
+
+def _is_header(line: str) -> bool:
+    words = line.split()
+    return bool(words) and words[0] == "TASK" and "STATE" in words
+
+
+def _task_rows(lines: list[str]) -> list[TaskRow]:
+    """The task table (tabulate "plain": columns start where their headers start)."""
+    header = lines[0]
+    starts = {name: header.index(name) for name in ("STATE", "EXIT", "DURATION") if name in header}
+    diag_name = next((h for h in _DIAGNOSTIC_HEADERS if re.search(rf"\b{h}\b", header)), None)
+    diag_at = header.index(diag_name) if diag_name else None
+    rows = []
+    for line in lines[1:]:
+        if not line.strip():
+            break
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        exit_text = line[starts["EXIT"]:starts.get("DURATION", starts["EXIT"] + 6)].strip() if "EXIT" in starts else "-"
+        rows.append(TaskRow(
+            index=parts[0], state=parts[1],
+            exit_code=int(exit_text) if re.fullmatch(r"-?\d+", exit_text) else None,
+            diagnostic=line[diag_at:].strip() if diag_at is not None and len(line) > diag_at else "",
+        ))  # fmt: skip
+    return rows
+
+
+def parse_state_json(data: object, *, job_id: str, secrets: Iterable[str] = ()) -> JobSummary:
+    """`job summary ID --json` (2026-04..07) as a JobSummary."""
+    if not isinstance(data, dict):
+        raise IrisError(f"iris answered {type(data).__name__} for job {job_id}, expected a JSON object")
+    state = JobState.parse(data.get("state") or "")
+    tasks = [
+        TaskRow(index=str(t.get("index", "?")), state=str(t.get("state", "")),
+                exit_code=t.get("exit_code") if isinstance(t.get("exit_code"), int) else None,
+                diagnostic=redact(str(t.get("error") or ""), secrets))
+        for t in data.get("tasks") or [] if isinstance(t, dict)
+    ]  # fmt: skip
+    try:
+        exit_code = _believed_exit(state, data.get("exit_code"), tasks)
+    except (TypeError, ValueError):
+        raise IrisError(f"iris reported exit_code {data.get('exit_code')!r} for {job_id}, not an integer") from None
+    error = data.get("error") or ""
+    return JobSummary(
+        job_id=str(data.get("job_id") or job_id), state=state, exit_code=exit_code,
+        error=redact(str(error), secrets) or None,
+        failures=int(data.get("failure_count") or 0), preemptions=int(data.get("preemption_count") or 0),
+        tasks=tasks,
+    )
+
+
+def parse_state_output(stdout: str, *, job_id: str, json_output: bool, secrets: Iterable[str] = ()) -> JobSummary:
+    if not json_output:
+        return parse_state_text(stdout, job_id=job_id, secrets=secrets)
+    try:
+        data: Any = json.loads(stdout)
+    except ValueError:
+        raise IrisError(f"`job summary --json` for {job_id} printed something that is not JSON:\n"
+                        f"{redact(stdout, secrets)[:2000]}") from None  # fmt: skip
+    return parse_state_json(data, job_id=job_id, secrets=secrets)
+
+
+# -- job list --------------------------------------------------------------------------------------
+
+
+def parse_list_text(text: str) -> list[ListedJob]:
+    """`job list` as rows (the JSON form went away on 2026-07-03; the table is in every version)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header_at = next((i for i, line in enumerate(lines) if line.split()[:3] == ["JOB", "ID", "STATE"]), None)
+    if header_at is None:
+        return []
+    header = lines[header_at]
+    cols = [c for c in ("STATE", "SUBMITTED", "REASON") if c in header]
+    at = {c: header.index(c) for c in cols}
+    rows = []
+    for line in lines[header_at + 1:]:
+        if not line.startswith("/") and not line.lstrip().startswith("/"):
+            break  # the "Showing the N most recent jobs" note
+        job_id = line.split()[0]
+        state = line[at["STATE"]:at.get("SUBMITTED", len(line))].strip() if "STATE" in at else ""
+        submitted = line[at["SUBMITTED"]:at.get("REASON", len(line))].strip() if "SUBMITTED" in at else "-"
+        reason = line[at["REASON"]:].strip() if "REASON" in at and len(line) > at["REASON"] else ""
+        rows.append(ListedJob(job_id=job_id, state=state.split()[0] if state else "", submitted=submitted or "-",
+                              reason=reason))
+    return rows
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+_LOG_PREFIX = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] task=\S+(?: attempt=\S+)? \| ")
+
+
+def log_text(line: str) -> str:
+    """What the job printed, without iris's ``[HH:MM:SS] task=... |`` prefix."""
+    return _LOG_PREFIX.sub("", line, count=1)
