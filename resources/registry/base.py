@@ -359,7 +359,8 @@ class Registry(dg.ConfigurableResource):
     def _layer_source(self, repository: str, layer: Descriptor) -> LayerSource:
         cache = self._blob_cache()
         if cache is not None and (hit := cache.open(layer.digest)) is not None:
-            return LayerSource(stream=hit, remote=False, on_corrupt=lambda: cache.evict(layer.digest))
+            return LayerSource(stream=hit, remote=False, on_corrupt=lambda: cache.evict(layer.digest),
+                               note=f" (the copy in the blob cache {cache.root}, now removed: run again)")
         stream = self._open_blob(repository, layer.digest)
         if cache is None or not cache.fits(layer.size):
             return LayerSource(stream=stream, remote=True)

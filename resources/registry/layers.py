@@ -65,7 +65,8 @@ class LayerSource:
     stream: BinaryIO
     remote: bool  # pulled from the registry (counted in bytes_read), not read from the local cache
     on_verified: Callable[[], None] | None = None  # read to its end and it matched its descriptor
-    on_corrupt: Callable[[], None] | None = None  # it did not match (e.g. drop a bad cached copy)
+    on_corrupt: Callable[[], None] | None = None  # it did not read or match (e.g. drop a bad cached copy)
+    note: str = ""  # added to the blob's name in errors, e.g. that it was read from the cache
 
 
 @dataclass(frozen=True)
@@ -361,10 +362,8 @@ class _Scan:
     # -- streaming one layer ----------------------------------------------------------------------
 
     def _stream(self, index: int) -> None:
-        layer = self.layers[index]
-        where = self.where_blob(layer.digest)
         self.current, self.partial = index, []
-        with self._opened(index) as (checked, source):
+        with self._opened(index) as (checked, source, where):
             with decoded_tar(checked, where) as tar:
                 complete = True
                 for info in tar or ():
@@ -416,14 +415,19 @@ class _Scan:
                         self._ask(f"{posixpath.dirname(match)}/{sibling}")
 
     @contextlib.contextmanager
-    def _opened(self, index: int) -> Iterator[tuple[_Checked, LayerSource]]:
+    def _opened(self, index: int) -> Iterator[tuple[_Checked, LayerSource, str]]:
         source = self.open_layer(index)
         self.result.opened[index] = self.result.opened.get(index, 0) + 1
         if source.remote:
             self.result.remote_opens[index] = self.result.remote_opens.get(index, 0) + 1
-        checked = _Checked(source.stream, self.layers[index], self.where_blob(self.layers[index].digest))
+        where = self.where_blob(self.layers[index].digest) + source.note
+        checked = _Checked(source.stream, self.layers[index], where)
         try:
-            yield checked, source
+            yield checked, source, where
+        except RegistryError:
+            if source.on_corrupt is not None:
+                source.on_corrupt()  # e.g. a bad cached copy: dropped, so the next read fetches it again
+            raise
         finally:
             if source.remote:
                 self.result.bytes_read += checked.count
@@ -455,8 +459,7 @@ class _Scan:
         left = {m for m in members if (index, m) not in self.captured}
         if not left:
             return
-        where = self.where_blob(self.layers[index].digest)
-        with self._opened(index) as (checked, source):
+        with self._opened(index) as (checked, source, where):
             with decoded_tar(checked, where) as tar:
                 complete = True
                 for info in tar or ():
@@ -509,8 +512,6 @@ class _Checked(io.RawIOBase):
         size, digest = self._layer.size, self._layer.digest
         got = f"{digest.partition(':')[0]}:{self._hash.hexdigest()}"
         if self.count != size or got != digest:
-            if source.on_corrupt is not None:
-                source.on_corrupt()
             what = (f"is {self.count} bytes, but its descriptor says {size}" if self.count != size
                     else f"hashes to {got}")
             raise RegistryError(

@@ -63,6 +63,7 @@ class RetryBudget:
         self.max_wait_s = max_wait_s
         self.tries = 1
         self._first_failure: float | None = None
+        self._waited = 0.0
 
     def again(self, resp: requests.Response | None = None) -> bool:
         """Wait and return True when one more try is allowed; False when the budget is spent."""
@@ -76,19 +77,24 @@ class RetryBudget:
             wait = random.uniform(0, min(self.max_wait_s, self.base_s * 2 ** (self.tries - 1)))
         else:
             wait = min(asked, self.max_wait_s)
-        if now - self._first_failure + wait > self.budget_s:
+        if self._elapsed(now) + wait > self.budget_s:
             return False
         backoff_sleep(wait)
+        self._waited += wait
         self.tries += 1
         return True
 
+    def _elapsed(self, now: float) -> float:
+        # At least the waits asked for, so the budget holds even where backoff_sleep does not really wait.
+        started = now if self._first_failure is None else self._first_failure
+        return max(now - started, self._waited)
+
     def progress(self) -> None:
         """A broken download moved forward since the last break: it starts a fresh budget."""
-        self.tries, self._first_failure = 1, None
+        self.tries, self._first_failure, self._waited = 1, None, 0.0
 
     def spent(self) -> str:
-        waited = 0.0 if self._first_failure is None else time.monotonic() - self._first_failure
-        return f"{self.tries} tries in {waited:.0f} s"
+        return f"{self.tries} tries in {self._elapsed(time.monotonic()):.0f} s"
 
 
 # Opens the body again from a byte offset: (offset, budget) -> a response whose body starts there.
