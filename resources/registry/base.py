@@ -365,4 +365,4 @@ class Registry(dg.ConfigurableResource):
         if cache is None or not cache.fits(layer.size):
             return LayerSource(stream=stream, remote=True)
         fill = cache.filling(layer.digest, stream)
-        return LayerSource(stream=fill, remote=True, on_verified=fill.commit)  # type: ignore[arg-type]
+        return LayerSource(stream=fill, remote=True, on_verified=getattr(fill, "commit", None))

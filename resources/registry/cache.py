@@ -48,7 +48,7 @@ class BlobCache:
         path = self._path(digest)
         try:
             stream = open(path, "rb")
-        except FileNotFoundError:
+        except OSError:  # not cached, or a cache we cannot read: the registry still can
             return None
         with contextlib.suppress(OSError):
             os.utime(path)
@@ -58,10 +58,14 @@ class BlobCache:
         with contextlib.suppress(FileNotFoundError):
             self._path(digest).unlink()
 
-    def filling(self, digest: str, stream: BinaryIO) -> CacheFill:
-        """`stream`, teed into a temp file that becomes the cached blob on `commit()`."""
-        self._tmp_dir().mkdir(parents=True, exist_ok=True)
-        return CacheFill(self, digest, stream)
+    def filling(self, digest: str, stream: BinaryIO) -> BinaryIO:
+        """`stream`, teed into a temp file that becomes the cached blob on `commit()`; `stream` itself
+        when the cache cannot be written (a read-only home): a disk problem costs the cache, not the read."""
+        try:
+            self._tmp_dir().mkdir(parents=True, exist_ok=True)
+            return CacheFill(self, digest, stream)  # type: ignore[return-value]
+        except OSError:
+            return stream
 
     def _path(self, digest: str) -> Path:
         check_digest(digest)  # also keeps the path inside the cache

@@ -468,3 +468,12 @@ def test_the_blob_cache_stays_under_its_bound(proxy: RegistryProxy, registry_ser
     # Least recently used go first: layer 3 (read first) was evicted, the last two kept.
     assert cached == sorted(d.removeprefix("sha256:") for d in img.layer_digests[1:3])
     assert not list((tmp_path / "blobs" / "tmp").iterdir())
+
+
+def test_an_unwritable_cache_costs_the_cache_not_the_read(proxy: RegistryProxy, registry_server: RegistryServer,
+                                                          repo: str, tmp_path: Path) -> None:
+    push_image(direct(registry_server, tmp_path), repo, [layer(f("etc/a", "A")), layer(f("etc/b", "B"))], tag="v1")
+    (tmp_path / "not-a-dir").write_text("a file where the cache directory should be")
+    reg = HttpRegistry(host=proxy.host, timeout_s=10, blob_cache_dir=str(tmp_path / "not-a-dir" / "blobs"))
+    for _ in range(2):
+        assert reg.read_file(repository=repo, reference="v1", path="/etc/a").data == b"A"  # type: ignore[union-attr]
