@@ -134,7 +134,7 @@ def main() -> None:
     server = None
     try:
         server = start_registry(work / "registry")
-        reg = HttpRegistry(host=server.host, timeout_s=120)
+        reg = HttpRegistry(host=server.host, timeout_s=120, blob_cache_dir=str(work / "blobs"))
         t0 = time.perf_counter()
         push_image(reg, work, base_bytes)
         print(f"docker-registry pid {server.proc.pid} on {server.host}; "

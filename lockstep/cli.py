@@ -128,7 +128,8 @@ def image_digest(ref: str) -> None:
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
     digest = _guard(lambda: registry.resolve(repository=parsed.repository, reference=parsed.reference))
     if digest is None:
-        raise click.ClickException(f"{ref}: not in the registry")
+        why = _guard(lambda: registry.absence(repository=parsed.repository, reference=parsed.reference))
+        raise click.ClickException(f"{ref}: not in the registry ({why})")
     click.echo(digest)
 
 

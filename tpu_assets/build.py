@@ -169,7 +169,8 @@ def build_image(*, commit: str, site: SiteConfig, git: GitRemotes, iris: IrisCli
         state = summary.state.value
     digest = registry.resolve(repository=ref.repository, reference=f"tpu-{gitsha}")
     if digest is None:
-        raise BuildFailed(f"job {job_id} says {state}, but the registry has no {destination}: a state is not an image")
+        raise BuildFailed(f"job {job_id} says {state}, but the registry has no {destination} "
+                          f"({registry.absence(repository=ref.repository, reference=tag)}): a state is not an image")
     manifest = registry.manifest(repository=ref.repository, reference=digest)
     sizes = [layer.size for layer in manifest.layers] if manifest else []
     return BuiltImage(

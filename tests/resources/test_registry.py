@@ -43,6 +43,7 @@ from resources.registry import (
     digest_of,
     registry_for,
 )
+from resources.registry import transport
 from resources.site import load_site
 from tests.registry_server import RegistryServer, start_registry, stop_registry
 
@@ -169,6 +170,15 @@ def push_index(reg: Registry, repo: str, entries: list[tuple[Pushed, str]], tag:
 # -- fixtures: both backends -----------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Retries wait through transport.backoff_sleep: recorded here, never really waited."""
+    waited: list[float] = []
+    monkeypatch.setattr(transport, "backoff_sleep", waited.append)
+    return waited
+
+
+
 @pytest.fixture(scope="module")
 def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
     server = start_registry(tmp_path_factory.mktemp("docker-registry"))
@@ -182,7 +192,7 @@ def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Regist
 def reg(request: pytest.FixtureRequest, tmp_path: Path) -> Registry:
     if request.param == "http":
         server: RegistryServer = request.getfixturevalue("registry_server")
-        return HttpRegistry(host=server.host, timeout_s=30)
+        return HttpRegistry(host=server.host, timeout_s=30, blob_cache_dir=str(tmp_path / "blobs"))
     return LayoutRegistry(root=str(tmp_path / "layout"))
 
 
