@@ -18,6 +18,14 @@ from sandbox.world import AUTHOR, CONSUMER_BRANCH, SANDBOX_TOKEN_ENV, SANDBOX_TO
 
 
 @pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Nothing a test does lands in ~/.cache/lockstep (the registry's blob cache follows LOCKSTEP_CACHE)."""
+    cache = tmp_path_factory.mktemp("lockstep-cache")
+    monkeypatch.setenv("LOCKSTEP_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture(autouse=True)
 def sandbox_push_token(monkeypatch: pytest.MonkeyPatch) -> str:
     """The sandbox's build script requires a push token, as the real one does (`lockstep demo` sets it too)."""
     monkeypatch.setenv(SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE)
