@@ -1,5 +1,7 @@
 """floating_tag_watch: one registry read per tick; a state of the floating tag the log lacks is recorded.
 
+(A tick that finds a difference reads the tag once more, under the lock, before it records.)
+
 Two ways the registry gets ahead of the promotion log: a run that wrote the tag and died before its
 record (its intent is logged), and a move made outside lockstep (someone's `crane tag`). Either way
 the watch records the state it found as a materialization of `tpu/floating_tag`, so the one history

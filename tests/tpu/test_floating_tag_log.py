@@ -34,6 +34,7 @@ from tests.conftest import sandbox_resources
 from tests.postgres_server import PostgresServer, running_postgres
 from tests.registry_server import RegistryServer, running_registry
 from tests.runs import Pipeline, failure_message, materialize, metadata
+from tests.tpu import yield_in_lock
 from tests.tpu.registries import AppliedThen500, FailedPut, MovedRightAfter, push_hand_made_image
 from tpu_assets import promotion_assets
 from tpu_assets.definitions import defs
@@ -323,6 +324,19 @@ def test_the_record_is_stored_before_the_lock_is_released(world: TagWorld, monke
     # Everything the second run recorded (the hand move it found, its move, the move right after) is
     # stored while it still holds the lock.
     assert [m.to_digest for m in reversed(second)] == [w.d1, w.built.hand, w.d2, w.d1]
+
+
+def test_dagster_stores_a_result_yielded_in_a_block_before_the_block_exits_in_a_step_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same guarantee where daemon-launched runs execute: the multiprocess executor's step process."""
+    report = tmp_path / "report.json"
+    monkeypatch.setenv(yield_in_lock.REPORT_ENV, str(report))
+    with dg.instance_for_test() as instance:
+        result = dg.execute_job(dg.reconstructable(yield_in_lock.step_process_job), instance=instance)
+        assert result.success
+    seen = json.loads(report.read_text())
+    assert seen["pid"] != os.getpid() and seen["stored"] == [seen["run_id"]]
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres"])
