@@ -14,6 +14,7 @@ from resources.site import (
     with_owners,
 )
 from resources.uv import UvCli
+from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
 from tpu_assets.image_assets import image, smoke, verified_image
@@ -74,6 +75,7 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD),
             build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
             build_auto_promote_sensor(job_name=promote_tpu.name),
+            build_floating_tag_watch(),
         ],
         resources=tpu_resources(site),
     )

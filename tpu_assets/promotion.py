@@ -1,20 +1,27 @@
-"""Promotion of the floating tag: the rules that need no Dagster run (planning, the CAS move).
+"""Promotion of the floating tag: the rules that need no Dagster run, and the one guarded write.
 
-The `tpu/floating_tag` asset (promotion_assets.py) calls these and records what they did.
+The `tpu/floating_tag` asset (promotion_assets.py) calls these inside the floating-tag lock
+(tag_lock.py) and records what they decided; tag_log.py decides what the log records once the
+registry has answered.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import dagster as dg
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.registry import ImageRef, Registry
+from resources.registry import ImageRef, Registry, RegistryError
 from resources.site import SiteConfig
 from tpu_assets.history import tag_history, verified_history
-from tpu_assets.rollback import RollbackPlan, plan_rollback
+from tpu_assets.rollback import RollbackPlan, TagMove, VerifiedBuild, plan_rollback
+from tpu_assets.tag_lock import lock_name
+from tpu_assets.tag_log import TagWrite
 
-# One promote / rollback / release at a time: the registry has no conditional PUT for tags.
+# Runs queued by one instance's daemon take turns through this pool; the floating-tag lock covers
+# every other writer (a second daemon, a shell, an in-process run, the watch).
 TAG_MOVES_POOL = "tag_moves"
 
 
@@ -22,11 +29,56 @@ class PromotionRefused(LockstepError):
     """A promote, rollback or hold release that would be wrong; the floating tag was not touched."""
 
 
-def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, registry: Registry, *,
-             must_contain: str = "", build: str = "") -> RollbackPlan:
-    """The rollback plan from the instance's history and the registry's current state (changes nothing)."""
+class TagStateUnknown(LockstepError):
+    """The registry could not be read right after a write: whether the tag moved is not known."""
+
+
+def floating_tag_lock_name(site: SiteConfig) -> str:
     ref = ImageRef.parse(site.tpu.image)
-    current = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
+    return lock_name(registry=ref.registry, repository=ref.repository, tag=site.tpu.floating_tag)
+
+
+# -- the rules: which target, or why not ---------------------------------------------------------
+
+
+def promote_move(*, verified: Sequence[VerifiedBuild], build: str, current: str | None, hold: bool,
+                 tag: str) -> TagMove:
+    """Promote a verified build (the newest, or the one `build` names by prefix) onto the tag."""
+    if hold:
+        raise PromotionRefused(f":{tag} is on hold after a rollback: run release_tpu_hold first (nothing was moved)")
+    chosen = [v for v in verified if v.build.startswith(build)] if build else list(verified[:1])
+    if not chosen:
+        raise PromotionRefused(
+            f"build {build or '(newest)'} has no tpu/verified_image record: only verified builds are "
+            "promoted (build -> checks -> smoke -> verified first); nothing was moved"
+        )
+    target = chosen[0]
+    if target.digest == current:
+        raise PromotionRefused(f":{tag} already points at {target.digest} (build {target.build[:8]})")
+    return TagMove(action="promote", from_digest=current, to_digest=target.digest, build=target.build)
+
+
+def rollback_move(*, plan: RollbackPlan, current: str | None) -> TagMove:
+    """Roll back to the plan's target, setting the hold (automation must not re-promote over it)."""
+    if plan.target is None:
+        raise PromotionRefused(f"rollback refused, nothing was moved:\n{plan.explain()}")
+    return TagMove(action="rollback", from_digest=current, to_digest=plan.target.digest, build=plan.target.build,
+                   hold=True)
+
+
+def release_move(*, current: str | None, hold: bool) -> TagMove:
+    """Release the hold; the tag stays where it is (no registry write)."""
+    if not hold:
+        raise PromotionRefused("there is no hold to release")
+    return TagMove(action="release_hold", from_digest=current, to_digest=current, hold=False)
+
+
+# -- planning and writing ------------------------------------------------------------------------
+
+
+def rollback_plan(site: SiteConfig, git: GitRemotes, *, verified: Sequence[VerifiedBuild], moves: Sequence[TagMove],
+                  current: str | None, must_contain: str = "", build: str = "") -> RollbackPlan:
+    """The rollback plan over this history, with harbor ancestry from git (changes nothing)."""
     required = None
     if must_contain:
         required = git.resolve_commit(url=site.tpu.harbor_repo, rev=must_contain, branch=site.tpu.harbor_branch)
@@ -34,10 +86,58 @@ def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, re
     def contains(harbor_commit: str, req: str) -> bool:
         return git.is_ancestor(url=site.tpu.harbor_repo, ancestor=req, descendant=harbor_commit)
 
-    return plan_rollback(verified=verified_history(instance), moves=tag_history(instance), current_digest=current,
-                         must_contain=required, explicit_build=build or None, contains=contains)
+    return plan_rollback(verified=verified, moves=moves, current_digest=current, must_contain=required,
+                         explicit_build=build or None, contains=contains)
 
 
-def move_floating_tag(registry: Registry, site: SiteConfig, *, to_digest: str, expect_from: str | None) -> str | None:
+def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, registry: Registry, *,
+             must_contain: str = "", build: str = "") -> RollbackPlan:
+    """The rollback plan from the instance's history and the registry's current state (changes nothing).
+
+    The registry, not the log, says where the tag is: a move the watch has not recorded yet is still
+    the current digest (and, unverified, never a target).
+    """
     ref = ImageRef.parse(site.tpu.image)
-    return registry.move_tag(repository=ref.repository, tag=site.tpu.floating_tag, to_digest=to_digest, expect_from=expect_from)
+    current = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
+    return rollback_plan(site, git, verified=verified_history(instance), moves=tag_history(instance),
+                         current=current, must_contain=must_contain, build=build)
+
+
+def put_and_reread(registry: Registry, *, repository: str, tag: str, target: str) -> TagWrite:
+    """PUT the exact manifest bytes of `target` under `tag`, then read the tag back.
+
+    A PUT that raises is not taken at its word (a registry can store the manifest and still answer
+    500): the re-read decides. A re-read that fails leaves the outcome unknown: TagStateUnknown.
+    """
+    error = ""
+    try:
+        registry.tag(repository=repository, digest=target, tag=tag)
+    except RegistryError as exc:
+        error = str(exc)
+    try:
+        after = registry.resolve(repository=repository, reference=tag)
+    except RegistryError as exc:
+        said = f"raised ({error})" if error else "succeeded"
+        raise TagStateUnknown(
+            f"the PUT of :{tag} -> {target} {said}, and reading :{tag} back failed ({exc}): whether it moved is "
+            "unknown, so nothing was recorded. The intent is logged: floating_tag_watch records the move once "
+            "the registry answers and shows it; check `lockstep image digest` before running again"
+        ) from None
+    return TagWrite(target=target, after=after, put_error=error)
+
+
+def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Sequence[VerifiedBuild],
+                moves: Sequence[TagMove], current: str | None, hold: bool, build: str = "",
+                must_contain: str = "") -> tuple[TagMove, str]:
+    """The move `action` asks for from this state (the registry's `current`, the log's hold), and the
+    rollback plan's text when there is one; PromotionRefused when the rules say no."""
+    tag = site.tpu.floating_tag
+    if action == "promote":
+        return promote_move(verified=verified, build=build, current=current, hold=hold, tag=tag), ""
+    if action == "release_hold":
+        return release_move(current=current, hold=hold), ""
+    if action == "rollback":
+        plan = rollback_plan(site, git, verified=verified, moves=moves, current=current, must_contain=must_contain,
+                             build=build)
+        return rollback_move(plan=plan, current=current), plan.explain()
+    raise PromotionRefused(f"action {action!r} is not one of promote, rollback, release_hold")

@@ -1,10 +1,12 @@
 """`tpu/floating_tag`: every move of the floating `:tpu` — its materialization history IS the promotion log.
 
-Promote moves the tag to a verified build by compare-and-swap, recording the pre-promote digest
-(the rollback target). Rollback promotes older verified freight chosen by `plan_rollback` and sets
-a hold; while a hold is set nothing promotes until a person releases it.
+Promote moves the tag to a verified build, recording the pre-promote digest (the rollback target).
+Rollback promotes older verified freight chosen by `plan_rollback` and sets a hold; while a hold is
+set nothing promotes until a person releases it. The rules are plain functions (promotion.py); the
+log's bookkeeping is tag_log.py; this body holds the lock, asks the registry, and records.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -12,14 +14,24 @@ import dagster as dg
 from pydantic import Field
 
 from resources.git import GitRemotes
-from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvLock
-from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
+from tpu_assets.history import (
+    FLOATING_TAG,
+    VERIFIED_IMAGE,
+    intent_observation,
+    log_state,
+    move_materialization,
+    move_metadata,
+    tag_history,
+    verified_history,
+)
 from tpu_assets.inspection import read_installed
-from tpu_assets.promotion import TAG_MOVES_POOL, PromotionRefused, move_floating_tag, plan_for
-from tpu_assets.rollback import TagMove, current_state
+from tpu_assets.promotion import TAG_MOVES_POOL, decide_move, floating_tag_lock_name, put_and_reread
+from tpu_assets.rollback import current_state
+from tpu_assets.tag_lock import floating_tag_lock
+from tpu_assets.tag_log import TagIntent, records_after_write, unrecorded_moves
 
 
 class FloatingTagConfig(dg.Config):
@@ -27,6 +39,10 @@ class FloatingTagConfig(dg.Config):
     build: str = Field(default="", description="promote/rollback: a tpu_builds partition (or its prefix); empty = choose.")
     must_contain: str = Field(default="", description="rollback: a harbor commit the target must contain (the fix).")
     note: str = Field(default="", description="Why, in a person's words; kept in the promotion log.")
+    lock_timeout_s: float = Field(
+        default=300.0,
+        description="How long to wait for another lockstep writer of the floating tag (a run or the watch) to finish.",
+    )
 
 
 @dg.asset(
@@ -35,69 +51,51 @@ class FloatingTagConfig(dg.Config):
     group_name="tpu",
     kinds={"oci"},
     pool=TAG_MOVES_POOL,
-    code_version="1",
+    code_version="2",
     description=(
         "The floating tag other users pull (site `[tpu].floating_tag`, `:tpu`). Each materialization is "
-        "one move: from-digest (the rollback target), to-digest, build, reason (promote / rollback / "
-        "release_hold) and the hold flag, so this asset's history is the promotion log. Moves are "
-        "compare-and-swap: if someone else moved the tag, nothing is written."
+        "one state of the tag: from-digest (the rollback target), to-digest, build, action (promote / "
+        "rollback / release_hold, or observed for a move made outside lockstep) and the hold flag, so "
+        "this asset's history is the promotion log. A move holds the floating-tag lock (Postgres advisory "
+        "lock, or a file lock on a local instance) from its read to its record, logs its intent before the "
+        "registry write, and records what the re-read shows."
     ),
 )
 def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, site: SiteResource, git: GitRemotes,
-                 registry: Registry) -> dg.MaterializeResult:
+                 registry: Registry) -> Iterator[dg.MaterializeResult]:
     cfg = site.config()
-    repository = ImageRef.parse(cfg.tpu.image).repository
-    current = registry.resolve(repository=repository, reference=cfg.tpu.floating_tag)
-    _, hold = current_state(tag_history(context.instance))
-    plan_text = ""
-    if config.action == "release_hold":
-        if not hold:
-            raise PromotionRefused("there is no hold to release")
-        move = TagMove(action="release_hold", from_digest=current, to_digest=current, hold=False)
-    elif config.action == "promote":
-        if hold:
-            raise PromotionRefused(
-                f":{cfg.tpu.floating_tag} is on hold after a rollback: run release_tpu_hold first (nothing was moved)"
-            )
-        verified = verified_history(context.instance)
-        chosen = [v for v in verified if v.build.startswith(config.build)] if config.build else verified[:1]
-        if not chosen:
-            raise PromotionRefused(
-                f"build {config.build or '(newest)'} has no tpu/verified_image record: only verified builds are "
-                "promoted (build -> checks -> smoke -> verified first); nothing was moved"
-            )
-        target = chosen[0]
-        if target.digest == current:
-            raise PromotionRefused(f":{cfg.tpu.floating_tag} already points at {target.digest} (build {target.build[:8]})")
-        before = move_floating_tag(registry, cfg, to_digest=target.digest, expect_from=current)
-        move = TagMove(action="promote", from_digest=before, to_digest=target.digest, build=target.build)
-    else:
-        plan = plan_for(cfg, context.instance, git, registry, must_contain=config.must_contain, build=config.build)
-        plan_text = plan.explain()
-        context.log.info(plan_text)
-        if plan.target is None:
-            raise PromotionRefused(f"rollback refused, nothing was moved:\n{plan_text}")
-        before = move_floating_tag(registry, cfg, to_digest=plan.target.digest, expect_from=current)
-        move = TagMove(action="rollback", from_digest=before, to_digest=plan.target.digest, build=plan.target.build, hold=True)
-
-    summary = f"**{move.action}** `:{cfg.tpu.floating_tag}` {move.from_digest or 'nothing'} -> {move.to_digest}"
-    if move.build:
-        summary += f" (build {move.build[:8]})"
-    if move.hold:
-        summary += "\n\nHOLD set: nothing promotes until `release_tpu_hold` runs."
-    return dg.MaterializeResult(
-        data_version=dg.DataVersion(move.to_digest or "none"),
-        metadata={
-            "action": dg.MetadataValue.text(move.action),
-            **digest_entries(cfg.links, "from_digest", cfg.tpu.image, move.from_digest or ""),
-            **digest_entries(cfg.links, "to_digest", cfg.tpu.image, move.to_digest or ""),
-            **commit_entries(cfg.links, "build", cfg.tpu.consumer_repo, move.build or ""),
-            "hold": dg.MetadataValue.bool(move.hold),
-            "note": dg.MetadataValue.text(config.note),
-            "must_contain": dg.MetadataValue.text(config.must_contain),
-            "summary": dg.MetadataValue.md(summary + (f"\n\n```\n{plan_text}\n```" if plan_text else "")),
-        },
-    )
+    repository, tag, run_id = ImageRef.parse(cfg.tpu.image).repository, cfg.tpu.floating_tag, context.run.run_id
+    with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=config.lock_timeout_s,
+                           holder=f"run {run_id}") as held:
+        context.log.info(f"holding the {held}")
+        current = registry.resolve(repository=repository, reference=tag)
+        # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
+        for found in unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}"):
+            context.log.warning(found.recorded)
+            context.log_event(move_materialization(cfg, found))
+        moves = tag_history(context.instance)
+        move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
+                                      moves=moves, current=current, hold=current_state(moves)[1],
+                                      build=config.build, must_contain=config.must_contain)
+        if plan_text:
+            context.log.info(plan_text)
+        records = [move]
+        if move.to_digest is not None and move.to_digest != current:
+            context.log_event(intent_observation(cfg, TagIntent(
+                run_id=run_id, action=move.action, from_digest=current, to_digest=move.to_digest,  # type: ignore[arg-type]
+                build=move.build, hold=move.hold)))
+            write = put_and_reread(registry, repository=repository, tag=tag, target=move.to_digest)
+            records = records_after_write(move, write, tag=tag)
+        ours, *later = records
+        # Yielded inside the lock: Dagster stores the materialization before this generator resumes
+        # (tests/tpu/test_floating_tag_log.py proves it), so the next writer reads it.
+        yield dg.MaterializeResult(
+            data_version=dg.DataVersion(ours.to_digest or "none"),
+            metadata=move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+        )
+        for outside in later:
+            context.log.warning(outside.recorded)
+            context.log_event(move_materialization(cfg, outside))
 
 
 def _action_job(name: str, action: str, description: str):  # type: ignore[no-untyped-def]

@@ -22,14 +22,20 @@ class VerifiedBuild(BaseModel):
     verified_at: float
 
 
+# What moved the floating tag: lockstep's three actions, or `observed` for a move lockstep did not
+# make (someone's `crane tag`), recorded so that every state of the tag is in the log.
+MoveAction = Literal["promote", "rollback", "release_hold", "observed"]
+
+
 class TagMove(BaseModel):
     """A `tpu/floating_tag` record: one move of the floating tag (or a hold change)."""
 
-    action: Literal["promote", "rollback", "release_hold"]
+    action: MoveAction
     from_digest: str | None
     to_digest: str | None
     build: str | None = None
     hold: bool = False
+    recorded: str = ""  # who recorded it, and anything unusual (an error the registry answered, a dead run)
     at: float = 0.0
 
 
@@ -38,6 +44,7 @@ class Candidate(BaseModel):
     digest: str
     harbor_commit: str | None = None
     was_promoted: bool = False
+    outside: bool = False  # put on the tag by a move lockstep did not make
     refused: str | None = Field(default=None, description="Why this one is not a rollback target.")
 
 
@@ -58,7 +65,8 @@ class RollbackPlan(BaseModel):
             head.append(f"the target must contain {self.must_contain}")
         lines = ["; ".join(head) + "."]
         for c in self.considered:
-            name = f"build {c.build[:8]}" if c.build else "a digest from before lockstep"
+            name = (f"build {c.build[:8]}" if c.build else "a digest moved in outside lockstep" if c.outside
+                    else "a digest from before lockstep")
             mark = "-> TARGET" if c is self.target else f"refused: {c.refused}" if c.refused else "also possible (older)"
             harbor = f", harbor {c.harbor_commit[:8]}" if c.harbor_commit else ""
             lines.append(f"  {name} {c.digest[:19]}{harbor}{', was on :tpu' if c.was_promoted else ''}: {mark}")
@@ -68,7 +76,11 @@ class RollbackPlan(BaseModel):
 
 
 def current_state(moves: Sequence[TagMove]) -> tuple[str | None, bool]:
-    """Where the floating tag is and whether a hold is set, from the newest-first move history."""
+    """Where the floating tag is and whether a hold is set, from the newest-first move history.
+
+    An `observed` move (made outside lockstep) is where the tag is now, and it carries the hold it
+    found: moving the tag by hand does not release a hold, only `release_tpu_hold` does.
+    """
     if not moves:
         return None, False
     return moves[0].to_digest, moves[0].hold
@@ -92,7 +104,10 @@ def plan_rollback(
     for v in sorted(verified, key=lambda v: v.verified_at, reverse=True):
         by_digest.setdefault(v.digest, v)
     promoted: list[str] = []
+    outside: set[str] = set()
     for m in moves:  # newest first
+        if m.action == "observed" and m.to_digest:
+            outside.add(m.to_digest)
         for d in (m.to_digest, m.from_digest):
             if d and d not in promoted:
                 promoted.append(d)
@@ -103,7 +118,7 @@ def plan_rollback(
     for digest in order:
         v = by_digest.get(digest)
         c = Candidate(build=v.build if v else None, digest=digest, harbor_commit=v.harbor_commit if v else None,
-                      was_promoted=digest in promoted)
+                      was_promoted=digest in promoted, outside=digest in outside and v is None)
         if explicit_build and (v is None or not v.build.startswith(explicit_build)):
             continue
         c.refused = _refusal(c, v, current_digest, must_contain, contains)
@@ -123,7 +138,8 @@ def _refusal(
     if c.digest == current:
         return "it is what the floating tag points at now: rolling back to it changes nothing"
     if v is None:
-        return "not verified by lockstep (no tpu/verified_image record): it cannot be shown to have worked"
+        how = "put on the tag outside lockstep and " if c.outside else ""
+        return f"{how}not verified by lockstep (no tpu/verified_image record): it cannot be shown to have worked"
     if must_contain and not contains(v.harbor_commit, must_contain):
         return (f"its harbor {v.harbor_commit[:8]} predates {must_contain[:8]}: rolling back to it is a no-op "
                 "for that fix (it dies identically)")
