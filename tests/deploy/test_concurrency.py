@@ -104,7 +104,7 @@ def test_builds_on_one_node_and_tag_moves_never_overlap_under_the_daemon(
     commit = tpu.relock()
     built = tpu.build(commit)
     assert built.success, failure_message(built)
-    lab = Lab(sb, {"site": resources["site"], "git": resources["git"]}, instance)
+    lab = Lab(sb, {k: resources[k] for k in ("site", "git", "spark")}, instance)
     for rev in ("r28", "r29"):
         new_lab_rev(sb.root, rev)
         adopted = lab.adopt(rev)
