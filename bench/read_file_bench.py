@@ -14,7 +14,6 @@ import argparse
 import gzip
 import io
 import json
-import os
 import shutil
 import sys
 import tarfile
@@ -26,29 +25,20 @@ from typing import NamedTuple
 # Run as a script: the repo root is not on sys.path, and the registry launcher lives with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from resources.registry import OCI_CONFIG, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST, HttpRegistry  # noqa: E402
+from bench.bench_io import RandomBytes  # noqa: E402
+from resources.registry import (  # noqa: E402
+    OCI_CONFIG,
+    OCI_LAYER_GZIP,
+    OCI_LAYER_TAR,
+    OCI_MANIFEST,
+    HttpRegistry,
+)
 from tests.registry_server import start_registry, stop_registry  # noqa: E402
 
 REPO = "bench/tpu"
 TARGET = "/usr/lib/python3.11/site-packages/harbor-0.4.2.dist-info/direct_url.json"
 BASE_FIRST = "/etc/os-release"  # the first member of the big base layer
 MiB = 1024 * 1024
-
-
-class RandomBytes(io.RawIOBase):
-    """`size` incompressible bytes, generated as they are read (the 1 GiB never sits in memory)."""
-
-    def __init__(self, size: int) -> None:
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        n = min(len(buffer), self.left)
-        buffer[:n] = os.urandom(n)
-        self.left -= n
-        return n
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, size: int = 0,

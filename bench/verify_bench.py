@@ -35,11 +35,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydantic import PrivateAttr  # noqa: E402
 
-from resources.registry import OCI_CONFIG, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST, HttpRegistry  # noqa: E402
+from bench.bench_io import RandomBytes  # noqa: E402
+from resources.registry import (  # noqa: E402
+    OCI_CONFIG,
+    OCI_LAYER_GZIP,
+    OCI_LAYER_TAR,
+    OCI_MANIFEST,
+    HttpRegistry,
+)
 from resources.site import HARBOR_GUARD_PROBE, Probe, TpuSection  # noqa: E402
 from tests.registry_server import start_registry, stop_registry  # noqa: E402
-from tpu_assets.inspection import CHECK_INSTALLED, CHECK_PROBES  # noqa: E402
-from tpu_assets.inspection import verify_image  # noqa: E402
+from tpu_assets.inspection import (  # noqa: E402
+    CHECK_INSTALLED,
+    CHECK_PROBES,
+    verify_image,  # noqa: E402
+)
 from tpu_assets.models import BuiltImage, HarborPin  # noqa: E402
 from tpu_assets.verify import parse_installed, run_probe  # noqa: E402
 
@@ -60,22 +70,6 @@ PROBES = [
     Probe(name="every harbor module", path="harbor/*.py", anchor=r".", within=1),
     Probe(name="helper", path="harbor/util.py", anchor=r"^def helper", must_follow=r"return"),
 ]
-
-
-class RandomBytes(io.RawIOBase):
-    """`size` incompressible bytes, generated as they are read (the GiB never sits in memory)."""
-
-    def __init__(self, size: int) -> None:
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        n = min(len(buffer), self.left)
-        buffer[:n] = os.urandom(n)
-        self.left -= n
-        return n
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, size: int = 0) -> None:

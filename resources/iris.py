@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from resources.errors import LockstepError
 from resources.iris_output import (
+    IRIS_NAME,
     TERMINAL,
     IrisError,
     JobState,
@@ -213,7 +214,7 @@ class IrisCli(dg.ConfigurableResource):
             raise ValueError(f"poll_min_s ({self.poll_min_s:g}) must not exceed poll_max_s ({self.poll_max_s:g})")
         if sum(x is not None for x in (self.cluster, self.config_file, self.controller_url)) != 1:
             raise ValueError("set exactly one of cluster, config_file, controller_url")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]*", self.user):
+        if not IRIS_NAME.match(self.user):
             raise ValueError(f"user {self.user!r} is not an iris user name (letters, digits, . _ @ -)")
         return self
 

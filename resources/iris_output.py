@@ -123,42 +123,39 @@ class ListedJob(BaseModel):
 
 # -- help screens ----------------------------------------------------------------------------------
 
+IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")  # a user or job name part of /<user>/<name>
 _COMMAND_LINE = re.compile(r"^\s{2}([a-z][a-z0-9-]*)(?:\s{2,}|\s*$)")
 _OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][a-zA-Z0-9-]*)")
 
 
+def _section(text: str, header: str) -> list[str]:
+    """The indented lines under a click help screen's ``Commands:`` or ``Options:`` header."""
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.strip().lower() == header), None)
+    if at is None:
+        return []
+    out = []
+    for line in lines[at + 1:]:
+        if line and not line.startswith(" "):
+            break
+        out.append(line)
+    return out
+
+
 def help_commands(text: str) -> frozenset[str]:
     """The sub-commands a click help screen lists under ``Commands:``."""
-    names: set[str] = set()
-    inside = False
-    for line in text.splitlines():
-        if line.strip().lower() == "commands:":
-            inside = True
-            continue
-        if inside:
-            if line and not line.startswith(" "):
-                break
-            if m := _COMMAND_LINE.match(line):
-                names.add(m.group(1))
-    return frozenset(names)
+    return frozenset(m.group(1) for line in _section(text, "commands:") if (m := _COMMAND_LINE.match(line)))
 
 
 def help_options(text: str) -> frozenset[str]:
     """Every option a click help screen lists under ``Options:`` (``--a / --no-a`` gives both)."""
     options: set[str] = set()
-    inside = False
-    for line in text.splitlines():
-        if line.strip().lower() == "options:":
-            inside = True
-            continue
-        if inside:
-            if line and not line.startswith(" "):
-                break
-            head = line.strip()
-            if head.startswith("-"):
-                # Only the flag column: the description may mention other flags.
-                column = re.split(r"\s{2,}", head, maxsplit=1)[0]
-                options.update(m.group(1) for m in _OPTION.finditer(column))
+    for line in _section(text, "options:"):
+        head = line.strip()
+        if head.startswith("-"):
+            # Only the flag column: the description may mention other flags.
+            column = re.split(r"\s{2,}", head, maxsplit=1)[0]
+            options.update(m.group(1) for m in _OPTION.finditer(column))
     return frozenset(options)
 
 

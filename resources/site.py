@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from resources.errors import FileFormatError, LockstepError
+from resources.iris_output import IRIS_NAME
 from resources.tomlfile import key_line, load_toml
 
 DEFAULT_SITE = Path(".sandbox") / "site.toml"
@@ -153,7 +154,7 @@ class IrisSection(_Table):
     @field_validator("user")
     @classmethod
     def _user(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]*", value):
+        if not IRIS_NAME.match(value):
             raise ValueError("must be an iris user name (letters, digits, '.', '_', '@', '-'), e.g. benjaminfeuer")
         return value
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import git
@@ -14,7 +14,22 @@ from resources.registry import registry_for
 from resources.site import SiteResource, load_site
 from resources.spark import spark_for
 from resources.uv import UvCli
-from sandbox.world import AUTHOR, CONSUMER_BRANCH, SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE, Sandbox, up
+from sandbox.world import (
+    AUTHOR,
+    CONSUMER_BRANCH,
+    SANDBOX_TOKEN_ENV,
+    SANDBOX_TOKEN_VALUE,
+    Sandbox,
+    up,
+)
+from tests.registry_server import RegistryServer, running_registry
+
+
+@pytest.fixture(scope="module")
+def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """A real docker-registry on 127.0.0.1 for the module's tests, stopped by PID after them."""
+    with running_registry(tmp_path_factory.mktemp("docker-registry")) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -25,11 +40,13 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     return cache
 
 
-@pytest.fixture(autouse=True)
-def sandbox_push_token(monkeypatch: pytest.MonkeyPatch) -> str:
-    """The sandbox's build script requires a push token, as the real one does (`lockstep demo` sets it too)."""
-    monkeypatch.setenv(SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE)
-    return SANDBOX_TOKEN_VALUE
+@pytest.fixture(autouse=True, scope="session")
+def sandbox_push_token() -> Iterator[str]:
+    """The sandbox's build script requires a push token, as the real one does (`lockstep demo` sets it
+    too). Session-wide: module-scoped fixtures build images before any test-scoped fixture runs."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE)
+        yield SANDBOX_TOKEN_VALUE
 
 
 @pytest.fixture

@@ -167,7 +167,8 @@ def build_image(*, commit: str, site: SiteConfig, git: GitRemotes, iris: IrisCli
                              consequence=f"nothing was pushed to {destination}, and the floating "
                                          f":{tpu.floating_tag} is untouched")  # fmt: skip
         state = summary.state.value
-    digest = registry.resolve(repository=ref.repository, reference=f"tpu-{gitsha}")
+    tag = f"tpu-{gitsha}"
+    digest = registry.resolve(repository=ref.repository, reference=tag)
     if digest is None:
         raise BuildFailed(f"job {job_id} says {state}, but the registry has no {destination} "
                           f"({registry.absence(repository=ref.repository, reference=tag)}): a state is not an image")

@@ -29,7 +29,13 @@ from resources.iris import (
     JobState,
     MissingCapability,
 )
-from resources.iris_output import help_commands, help_options, parse_list_text, parse_state_json, parse_state_text
+from resources.iris_output import (
+    help_commands,
+    help_options,
+    parse_list_text,
+    parse_state_json,
+    parse_state_text,
+)
 from resources.kaniko import KanikoSettings, kaniko_job
 from sandbox.consumer_source import build_script
 from sandbox.fake_iris import CONTRACTS, install_fake_iris, job_dir, queue_fault, stop_all

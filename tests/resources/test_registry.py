@@ -16,7 +16,6 @@ import socket
 import tarfile
 import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,10 +41,10 @@ from resources.registry import (
     TagMoved,
     digest_of,
     registry_for,
+    transport,
 )
-from resources.registry import transport
 from resources.site import load_site
-from tests.registry_server import RegistryServer, start_registry, stop_registry
+from tests.registry_server import RegistryServer
 
 # -- building images in Python ---------------------------------------------------------------------
 
@@ -177,15 +176,6 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     monkeypatch.setattr(transport, "backoff_sleep", waited.append)
     return waited
 
-
-
-@pytest.fixture(scope="module")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    server = start_registry(tmp_path_factory.mktemp("docker-registry"))
-    try:
-        yield server
-    finally:
-        stop_registry(server)
 
 
 @pytest.fixture(params=["http", "layout"])

@@ -36,22 +36,21 @@ from resources.registry import (
 from resources.registry.transport import retry_after_s
 from resources.site import Probe, TpuSection
 from tests.registry_proxy import Fault, RegistryProxy
-from tests.registry_server import RegistryServer, start_registry, stop_registry
-from tests.resources.test_registry import Layer, f, layer, push_image, small_image, tar_bytes, whiteout
+from tests.registry_server import RegistryServer
+from tests.resources.test_registry import (
+    Layer,
+    f,
+    layer,
+    push_image,
+    small_image,
+    tar_bytes,
+    whiteout,
+)
 from tpu_assets.inspection import CHECK_INSTALLED, CHECK_PROBES, verify_image
 from tpu_assets.models import BuiltImage, HarborPin
 
 TOKEN_ENV = "LOCKSTEP_TEST_PROXY_TOKEN"
 SECRET = "ghp_ProxyTestSecret0123456789"
-
-
-@pytest.fixture(scope="module")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    server = start_registry(tmp_path_factory.mktemp("docker-registry"))
-    try:
-        yield server
-    finally:
-        stop_registry(server)
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,16 @@ from resources.registry import HttpRegistry
 from resources.site import load_site
 from resources.uv import UvCli
 from sandbox.fake_iris import queue_fault, stop_all
-from sandbox.world import SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE, Sandbox, advance_harbor, up, use_iris_contract
+from sandbox.world import (
+    SANDBOX_TOKEN_ENV,
+    SANDBOX_TOKEN_VALUE,
+    Sandbox,
+    advance_harbor,
+    up,
+    use_iris_contract,
+)
 from tests.conftest import remote_head, sandbox_resources
-from tests.registry_server import RegistryServer, running_registry
+from tests.registry_server import RegistryServer
 from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
@@ -36,12 +43,6 @@ def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Itera
     with dg.instance_for_test(temp_dir=str(home)) as instance:
         yield Pipeline(sb, resources, instance)
     stop_all(sb.iris_home)
-
-
-@pytest.fixture(scope="module")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    with running_registry(tmp_path_factory.mktemp("docker-registry")) as server:
-        yield server
 
 
 @pytest.fixture(params=["layout", "docker-registry"])
@@ -328,3 +329,14 @@ def test_tags_follow_gits_short_length_rule(pipeline: Pipeline) -> None:
     assert result.success, failure_message(result)
     short = git.Repo(pipeline.sb.consumer).git.rev_parse("--short", commit)
     assert metadata(result, IMAGE)["image"] == f"{pipeline.site.tpu.image}:tpu-{short}" and len(short) >= 7
+
+
+def test_a_job_that_succeeds_without_pushing_is_not_an_image(pipeline: Pipeline, push_consumer) -> None:
+    def never_push(wt: Path) -> None:
+        script = wt / "docker" / "build_tpu_kaniko.sh"
+        script.write_text(script.read_text().replace("exec /kaniko/executor", 'echo "skipping the push"\nexit 0\nexec /kaniko/executor', 1))
+
+    head = push_consumer(pipeline.sb, never_push, "build script: no push")
+    message = failure_message(pipeline.build(head))
+    assert f"says succeeded, but the registry has no {pipeline.site.tpu.image}:tpu-{pipeline.gitsha(head)} (absent" in message
+    assert "a state is not an image" in message
