@@ -442,12 +442,16 @@ class IrisCli(dg.ConfigurableResource):
             raise IrisError(f"{shlex.join(shown)} failed (exit {answer.exit_code}):\n{answer.output[-2000:] or '(no output)'}")
         return parse_state_output(answer.stdout, job_id=job_id, json_output=json_output, secrets=secrets)
 
-    def listed(self, *, job_id: str) -> ListedJob | None:
-        """This job's row of `job list --prefix ID` (its submit time and pending reason), or None."""
-        shown, answer = self._call(["job", "list", "--prefix", job_id])
+    def _list(self, prefix: str) -> list[ListedJob]:
+        """The rows of `job list --prefix P` (children and look-alikes included: the prefix is a prefix)."""
+        shown, answer = self._call(["job", "list", "--prefix", prefix])
         if answer.exit_code != 0:
             raise IrisError(f"{shlex.join(shown)} failed (exit {answer.exit_code}):\n{answer.output[-2000:] or '(no output)'}")
-        return next((row for row in parse_list_text(answer.stdout) if row.job_id == job_id), None)
+        return parse_list_text(answer.stdout)
+
+    def listed(self, *, job_id: str) -> ListedJob | None:
+        """This job's row of `job list --prefix ID` (its submit time and pending reason), or None."""
+        return next((row for row in self._list(job_id) if row.job_id == job_id), None)
 
     def _try_listed(self, job_id: str) -> ListedJob | None:
         try:
@@ -464,8 +468,7 @@ class IrisCli(dg.ConfigurableResource):
             raise MissingCapability(f"`{self.binary} job` has no cancel, kill or stop")
         if command != "cancel" and not caps.kill_exact:
             # Before 2026-07-21 kill/stop matched ids by PREFIX: it would end any sibling named like us.
-            rows = parse_list_text(self._call(["job", "list", "--prefix", job_id])[1].stdout)
-            siblings = [r.job_id for r in rows if r.job_id != job_id and not r.job_id.startswith(job_id + "/")
+            siblings = [r.job_id for r in self._list(job_id) if r.job_id != job_id and not r.job_id.startswith(job_id + "/")
                         and r.state not in {s.value for s in TERMINAL}]  # fmt: skip
             if siblings:
                 raise IrisError(
@@ -486,7 +489,7 @@ class IrisCli(dg.ConfigurableResource):
         which NAMES appeared; the values themselves are never stored or returned.
         """
         named = self._named_secrets(spec)
-        secrets = [*named.values(), *self._secrets(spec)]
+        secrets = list(named.values())
         shown, answer = self._call(
             ["job", "logs", job_id, "--since-ms", str(since_ms), "--no-tail", "--max-lines", str(LOG_MAX_LINES)],
             secrets=secrets,

@@ -48,6 +48,7 @@ from sandbox.fake_iris_jobs import (
     NAME,
     TERMINAL,
     all_states,
+    archive_path,
     bundle,
     job_dir,
     now_ms,
@@ -57,6 +58,7 @@ from sandbox.fake_iris_jobs import (
     run_worker,
     stop_all,
     terminate,
+    text_table,
     transition,
     write_json,
 )
@@ -248,10 +250,7 @@ def cmd_run(home: Path, config: dict[str, Any], contract: Contract, args: list[s
     if old is not None:
         if old["state"] not in TERMINAL:
             raise RpcError("ALREADY_EXISTS", f"Job {job_id} already exists and is still running")
-        archive = home / "archive" / jd.relative_to(home / "jobs")
-        archive = archive.with_name(f"{archive.name}.{old['submitted_at_ms']}")
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        jd.rename(archive)
+        jd.rename(archive_path(home, jd, old["submitted_at_ms"]))
     fault = pop_fault(home)
     jd.mkdir(parents=True)
     print(f"Submitting job: {name}", file=sys.stderr)
@@ -344,10 +343,7 @@ def _text(summary: dict[str, Any], diagnostic_header: str) -> str:
         rows.append([t["index"], t["state"], "-" if t["exit_code"] is None else str(t["exit_code"]),
                      "-" if t["duration_ms"] is None else f"{t['duration_ms'] / 1000:.1f} seconds", "-", "-",
                      t["error"][:120]])  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        lines.append("  ".join(c.rjust(w) if i == 0 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    return "\n".join(lines)
+    return "\n".join([*lines, *text_table(rows, right_first=True)])
 
 
 def cmd_state(home: Path, contract: Contract, command: str, args: list[str]) -> int:
@@ -399,10 +395,7 @@ def cmd_list(home: Path, contract: Contract, args: list[str]) -> int:
     headers = ["JOB ID", "STATE", "SUBMITTED", "REASON"]
     if not any(r[3] for r in rows):
         headers, rows = headers[:3], [r[:3] for r in rows]
-    table = [headers, *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
-    for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print("\n".join(text_table([headers, *rows])))
     return 0
 
 

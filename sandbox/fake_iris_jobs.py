@@ -154,6 +154,21 @@ def terminate(home: Path, job_id: str, *, how: str) -> bool | None:
     return True
 
 
+def archive_path(home: Path, jd: Path, submitted_at_ms: int) -> Path:
+    """Where a replaced job's record is kept: beside the others, named by its submit time."""
+    archive = home / "archive" / jd.relative_to(home / "jobs")
+    archive = archive.with_name(f"{archive.name}.{submitted_at_ms}")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    return archive
+
+
+def text_table(rows: list[list[str]], *, right_first: bool = False) -> list[str]:
+    """tabulate's "plain" layout, as iris prints its tables (the first column right-aligned, if asked)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.rjust(w) if i == 0 and right_first else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]  # fmt: skip
+
+
 def stop_all(home: Path) -> list[str]:
     """Kill every job that has not finished (for test and demo teardown); return their ids."""
     ids = [st["job_id"] for st in all_states(Path(home)) if st["state"] not in TERMINAL]
@@ -398,10 +413,7 @@ def _replace(home: Path, jd: Path) -> None:
         old = read_state(jd)
         if old is None:
             return
-        archive = home / "archive" / jd.relative_to(home / "jobs")
-        archive = archive.with_name(f"{archive.name}.{old['submitted_at_ms']}")
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(jd, archive, dirs_exist_ok=True)
+        shutil.copytree(jd, archive_path(home, jd, old["submitted_at_ms"]), dirs_exist_ok=True)
         write_json(jd / "state.json", {**old, "state": "running", "exit_code": None, "error": None,
                                        "submitted_at_ms": now_ms() + 1000, "finished_at_ms": None,
                                        "fault": None, "worker_pgid": None})  # fmt: skip
