@@ -229,7 +229,10 @@ def dismiss_community_dialog(page: Page) -> None:
         skip.wait_for(timeout=8_000)
     except PlaywrightTimeout:
         return
-    skip.click()
+    try:
+        skip.click(timeout=5_000)
+    except PlaywrightTimeout:  # the page's locator handler won the race and clicked it first
+        pass
     skip.wait_for(state="hidden")
 
 
