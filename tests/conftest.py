@@ -108,3 +108,12 @@ def push_consumer(push_repo: Callable[..., str]) -> Callable[..., str]:
         return push_repo(sb.consumer, CONSUMER_BRANCH, edit, message)
 
     return push
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.report import COUNTS
+
+    if COUNTS:
+        terminalreporter.section("lockstep: inputs tried")
+        for what, n in sorted(COUNTS.items()):
+            terminalreporter.write_line(f"{what}: {n}")
