@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from tests.report import count
+
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
                 "proxy-authorization", "proxy-connection"}
 _REPO_PATH = re.compile(r"^/v2/(?P<name>.+?)/(?:manifests|blobs|tags)/")
@@ -131,6 +133,7 @@ class RegistryProxy:
             for rule in self._rules:
                 if rule.left > 0 and rule.method == method and rule.path.search(path):
                     rule.left -= 1
+                    count(f"faults injected (registry {rule.fault.kind})")
                     return rule.fault
         return None
 

@@ -19,7 +19,7 @@ from resources.iris import iris_for
 from resources.registry import HttpRegistry
 from resources.site import load_site
 from resources.uv import UvCli
-from sandbox.fake_iris import queue_fault, stop_all
+from sandbox.fake_iris import stop_all
 from sandbox.world import (
     SANDBOX_TOKEN_ENV,
     SANDBOX_TOKEN_VALUE,
@@ -30,6 +30,7 @@ from sandbox.world import (
 )
 from tests.conftest import remote_head, sandbox_resources
 from tests.registry_server import RegistryServer
+from tests.report import queue_fault
 from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
