@@ -1,0 +1,73 @@
+"""Idle sensors start nothing; a change starts exactly one run — with the cursor as the only state.
+
+The daemon stores a sensor's cursor in the instance and evaluates each tick in a fresh process. So
+every tick here gets fresh resources, and the tick that sees the change runs on a freshly opened
+instance over the same storage: nothing a previous tick held in memory can make a run request go
+away or appear. (Opening a SQLite instance costs ~1 s, so the idle ticks share one.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance.ref import InstanceRef
+
+from jovian_assets.definitions import defs as jovian_defs
+from sandbox.jovian_world import new_lab_rev
+from sandbox.world import Sandbox, advance_harbor
+from tests.conftest import sandbox_resources
+from tests.report import count
+from tpu_assets.definitions import defs as tpu_defs
+
+IDLE_TICKS = 100
+
+
+def opened(home: Path) -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+
+
+def tick(sensor: str, sb: Sandbox, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
+    defs = tpu_defs if sensor == "harbor_branch_sensor" else jovian_defs
+    resources = sandbox_resources(sb, Path(instance.root_directory) / "cache")
+    wanted = {"harbor_branch_sensor": ("site", "git"), "lab_rev_sensor": ("site", "git", "spark")}[sensor]
+    with dg.build_sensor_context(cursor=cursor, instance=instance, resources={k: resources[k] for k in wanted}) as context:
+        result = defs.resolve_sensor_def(sensor)(context)
+    count(f"sensor ticks evaluated ({sensor})")
+    return result
+
+
+def move_harbor(sb: Sandbox) -> str:
+    return advance_harbor(sb.root)
+
+
+def move_lab(sb: Sandbox) -> str:
+    return new_lab_rev(sb.root, "r28").lab_commit
+
+
+@pytest.mark.parametrize(("sensor", "move"), [("harbor_branch_sensor", move_harbor), ("lab_rev_sensor", move_lab)])
+def test_idle_ticks_request_nothing_and_one_change_requests_one_run(
+    sensor: str, move: Callable[[Sandbox], str], sb: Sandbox, tmp_path: Path
+) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with opened(home) as instance:
+        first = tick(sensor, sb, instance, None)
+        assert len(first.run_requests or []) == 1  # a fresh sensor syncs once
+        cursor = first.cursor
+        idle = [tick(sensor, sb, instance, cursor) for _ in range(IDLE_TICKS)]
+    assert sum(len(t.run_requests or []) for t in idle) == 0
+    assert {t.cursor for t in idle} <= {cursor, None}  # an idle tick keeps the stored cursor
+
+    upstream = move(sb)
+    with opened(home) as instance:
+        changed = tick(sensor, sb, instance, cursor)
+        (request,) = changed.run_requests or []
+        # A tick the daemon evaluates twice (it died before storing the cursor) asks for the same run
+        # key, which the daemon starts once.
+        (again,) = tick(sensor, sb, instance, cursor).run_requests or []
+        assert again.run_key == request.run_key and upstream in (changed.cursor or "")
+        after = [tick(sensor, sb, instance, changed.cursor) for _ in range(3)]
+    assert sum(len(t.run_requests or []) for t in after) == 0
