@@ -67,8 +67,8 @@ WRONG_REGISTRY_TOKEN = f"{REGISTRY_TOKEN_ENV} (wrong)"
 WRONG_PASSPHRASE = f"{PASSPHRASE_ENV} (wrong)"
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
               "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
-# The cluster's own record of a job (sandbox/fake_iris_jobs.py): its log, and the task's filesystem.
-# jobs/<user>/<name>/, archive/<user>/<name>.<ms>/, vanished/<name>.<ms>/ (sandbox/fake_iris_jobs.py).
+# The cluster's own record of a job: its log and the task's filesystem, in jobs/<user>/<name>/,
+# archive/<user>/<name>.<ms>/ or vanished/<name>.<ms>/ (sandbox/fake_iris_jobs.py).
 _CLUSTER_SIDE = re.compile(r"/iris/(?:(?:jobs|archive)/[^/]+|vanished)/[^/]+/(?:log|root/.+)$")
 
 
@@ -205,6 +205,7 @@ def test_every_flow_ran_and_used_every_secret(world: World) -> None:
     for step in ("build 1", "promote 1", "build 2", "promote 2", "rollback", "jovian"):
         assert o[step].success, f"{step}: {failure_message(o[step])}"
     # A wrong value is refused naming its variable (and, by the scan, never echoed).
+    assert not o["rollback, wrong registry token"].success
     assert REGISTRY_TOKEN_ENV in failure_message(o["rollback, wrong registry token"])
     assert not o["distribute, wrong passphrase"].success
     assert PASSPHRASE_ENV in failure_message(o["distribute, wrong passphrase"])
