@@ -259,6 +259,13 @@ class IrisCli(dg.ConfigurableResource):
         env_args: list[str] = []
         for key, value in spec.env.items():
             env_args += ["-e", key, value]
+        # A secret's value goes on argv (readable in /proc/<pid>/cmdline while `job run` runs) because
+        # iris offers nothing else: `-e/--env-vars` is click `type=(str, str)`, KEY and VALUE both
+        # required, since 5e7df0bfb (2026-01-31, iris_run.py; lib/iris/src/iris/cli/job.py from 19a8117b9)
+        # to HEAD 2dfb07943 and in the marin-iris 0.2.20 wheel. Its other channels are worse or closed:
+        # `load_env_vars` reads an `env:` block from `.marin.yaml` in the submit directory, which the
+        # bundle ships to /app (and kaniko's `COPY . /app` into the image), and forwards only HF_TOKEN
+        # and WANDB_API_KEY from the caller's environment.
         for key, var in spec.secret_env.items():
             env_args += ["-e", key, secret(key, var)]
         preempt = [] if spec.preemptible is None else ["--preemptible" if spec.preemptible else "--no-preemptible"]

@@ -46,6 +46,7 @@ from sandbox.fake_iris_jobs import (
     INHERITED,
     JOB_ENV,
     NAME,
+    PULL_ENV,
     TERMINAL,
     all_states,
     archive_path,
@@ -121,6 +122,7 @@ def install_fake_iris(
     kaniko: list[str] | None = None,
     task_image_hook: list[str] | None = None,
     env: dict[str, str] | None = None,
+    pull_secret_env: list[str] | None = None,
     state_delay_s: float = 0.05,
     too_old: bool = False,
 ) -> Path:
@@ -129,7 +131,9 @@ def install_fake_iris(
     contract: which iris generation it speaks (CONTRACTS). kaniko: argv that stands in for
     /kaniko/executor in a build job (none: builds fail saying so). task_image_hook: argv run before
     any other job, with TASK_IMAGE and IMAGE_ROOT, to unpack the task image there. env: extra
-    environment for every job (never a secret: it is stored in config.json). state_delay_s: how
+    environment for every job (never a secret: it is stored in config.json). pull_secret_env: NAMES of
+    the variables (of whoever runs `iris job run`) that the cluster pulls task images with, as a real
+    cluster's imagePullSecret: given to task_image_hook only, never to the job. state_delay_s: how
     long each intermediate state lasts. Re-installing rewrites the config and keeps the jobs.
     """
     if contract not in CONTRACTS:
@@ -138,7 +142,8 @@ def install_fake_iris(
     home = root / "iris"
     (home / "jobs").mkdir(parents=True, exist_ok=True)
     write_json(home / "config.json", {"contract": contract, "kaniko": kaniko, "task_image_hook": task_image_hook,
-                                      "env": env or {}, "state_delay_s": state_delay_s, "too_old": too_old})
+                                      "env": env or {}, "pull_secret_env": pull_secret_env or [], "state_delay_s": state_delay_s,
+                                      "too_old": too_old})
     wrapper = root / "bin" / "iris"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
     # The contract is in the wrapper's text, so a binary that speaks another one is another file.
@@ -158,8 +163,8 @@ def install_fake_iris(
 def _config(home: Path) -> dict[str, Any]:
     path = home / "config.json"
     config = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    return {"contract": "2026-08", "kaniko": None, "task_image_hook": None, "env": {}, "state_delay_s": 0.05,
-            "too_old": False, **config}  # fmt: skip
+    return {"contract": "2026-08", "kaniko": None, "task_image_hook": None, "env": {}, "pull_secret_env": [],
+            "state_delay_s": 0.05, "too_old": False, **config}  # fmt: skip
 
 
 # ---- help screens (click's layout: the adapter reads these to learn what the binary has) -----
@@ -268,7 +273,8 @@ def cmd_run(home: Path, config: dict[str, Any], contract: Contract, args: list[s
     with open(jd / "worker.log", "ab") as worker_log:
         worker = subprocess.Popen(
             [sys.executable, "-m", "sandbox.fake_iris", "--home", str(home), "_worker", job_id],
-            cwd=jd, env={**_inherited(), "PYTHONPATH": str(PROJECT_ROOT), JOB_ENV: json.dumps(env)},
+            cwd=jd, env={**_inherited(), "PYTHONPATH": str(PROJECT_ROOT), JOB_ENV: json.dumps(env),
+                         PULL_ENV: json.dumps(_pull_secrets(config))},
             stdin=subprocess.DEVNULL, stdout=worker_log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: cancel ends it and all it started
         )  # fmt: skip
@@ -284,6 +290,11 @@ def cmd_run(home: Path, config: dict[str, Any], contract: Contract, args: list[s
 
 def _inherited() -> dict[str, str]:
     return {k: os.environ[k] for k in INHERITED if k in os.environ}
+
+
+def _pull_secrets(config: dict[str, Any]) -> dict[str, str]:
+    """The cluster's own registry login (config `pull_secret_env`), read here and handed on in memory."""
+    return {k: os.environ[k] for k in config["pull_secret_env"] if os.environ.get(k)}
 
 
 def _gb(text: str) -> float:

@@ -37,6 +37,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = frozenset({"succeeded", "failed", "killed", "worker_failed", "unschedulable"})
 FAULTS = ("ok", "fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace")
 JOB_ENV = "_FAKE_IRIS_JOB_ENV"  # how `job run` hands the -e values to its worker without a file
+PULL_ENV = "_FAKE_IRIS_PULL_ENV"  # and the cluster's registry login, for pulling the task image only
 # The only variables a job inherits from whoever submitted it; everything else comes from -e,
 # as on a real cluster (and the submitter's own tokens stay out of the job).
 INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -309,6 +310,7 @@ def _in_task_root(script: str, root: Path) -> str:
 def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
     jd = job_dir(home, job_id)
     env: dict[str, str] = json.loads(os.environ.pop(JOB_ENV, "{}"))
+    pull: dict[str, str] = json.loads(os.environ.pop(PULL_ENV, "{}"))
     delay = float(config["state_delay_s"])
     state = read_state(jd)
     if state is None:
@@ -392,7 +394,8 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
             rootfs = jd / "rootfs"
             rootfs.mkdir(exist_ok=True)
             print(f"task image hook: {shlex.join(hook)}", flush=True)
-            hook_env = {**base, "PYTHONPATH": str(PROJECT_ROOT), "TASK_IMAGE": state["task_image"] or "", "IMAGE_ROOT": str(rootfs)}
+            hook_env = {**base, **pull, "PYTHONPATH": str(PROJECT_ROOT), "TASK_IMAGE": state["task_image"] or "",
+                        "IMAGE_ROOT": str(rootfs)}  # fmt: skip
             hook_code = _execute(hook, cwd=jd, env=hook_env, log=jd / "worker.log", timeout_s=600)
             if hook_code != 0:
                 return finish("failed", None, f"could not prepare task image {state['task_image']}: "

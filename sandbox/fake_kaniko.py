@@ -6,7 +6,8 @@ the flags the consumer's script passes, as the real executor names them (GoogleC
 ``--cache-repo``, ``--single-snapshot``, ``--skip-unused-stages``, ``--compressed-caching``), and,
 like the real one, pushes ONLY to the destinations it was given and authenticates with
 ``$DOCKER_CONFIG/config.json``: a destination whose registry has no ``auths`` entry there is refused,
-as a registry would refuse an anonymous push. The image itself is built by sandbox/image_builder.py.
+as a registry would refuse an anonymous push, and a registry server that wants a login gets that
+entry's user and password (so the push token the job was given is what the registry checks). The image itself is built by sandbox/image_builder.py.
 A destination on a registry the sandbox does not hold (ghcr.io, from a script that hard-codes it)
 fails the way a push there would from here.
 """
@@ -21,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from resources.registry import ImageRef, RegistryError, registry_for
+from resources.registry import HttpRegistry, ImageRef, Registry, RegistryError, registry_for
 from resources.site import load_site
 from sandbox.image_builder import build_and_push
 
@@ -48,6 +49,15 @@ def _auth_for(host: str) -> str | None:
         return base64.b64decode(auths[host]["auth"], validate=True).decode()
     except (OSError, ValueError, KeyError, TypeError, binascii.Error):
         return None
+
+
+def _as_pusher(registry: Registry, auth: str) -> Registry:
+    """The registry as kaniko reaches it: logged in with the config.json credentials, never the site's
+    own token (which the job's environment does not hold, as on a real cluster)."""
+    if not isinstance(registry, HttpRegistry):
+        return registry
+    user, password = auth.split(":", 1)
+    return HttpRegistry(host=registry.host, username=user, token=password, timeout_s=registry.timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"INFO Pushing image to {destination}", flush=True)
         try:
-            digest = build_and_push(app_dir=app, destination=destination, site=site, registry=registry,
-                                    single_snapshot=args.single_snapshot)  # fmt: skip
+            digest = build_and_push(app_dir=app, destination=destination, site=site,
+                                    registry=_as_pusher(registry, auth), single_snapshot=args.single_snapshot)  # fmt: skip
         except RegistryError as exc:
             print(f"error: pushing to {destination}: {exc}", file=sys.stderr)
             return 1

@@ -182,11 +182,13 @@ def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
     )
 
 
-def _install_iris(sb: Sandbox, contract: str) -> None:
+def _install_iris(sb: Sandbox, contract: str, pull_secret_env: str | None = None) -> None:
+    """`pull_secret_env`: the site's registry token variable, which the cluster pulls task images with."""
     py = [sys.executable, "-m"]
     install_fake_iris(
         sb.root,
         contract=contract,
+        pull_secret_env=[pull_secret_env] if pull_secret_env else None,
         kaniko=[*py, "sandbox.fake_kaniko", "--site", str(sb.site_file)],
         task_image_hook=[*py, "sandbox.unpack_image", "--site", str(sb.site_file)],
     )
@@ -200,7 +202,8 @@ def use_iris_contract(root: Path, contract: str) -> None:
     if n == 0:
         text = re.sub(r"^\[iris\]$", f'[iris]\nsandbox_contract = "{contract}"', text, count=1, flags=re.M)
     sb.site_file.write_text(text, encoding="utf-8")
-    _install_iris(sb, load_site(sb.site_file).iris.sandbox_contract)  # type: ignore[union-attr]
+    site = load_site(sb.site_file)
+    _install_iris(sb, site.iris.sandbox_contract, site.registry.token_env)  # type: ignore[union-attr]
 
 
 def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
@@ -231,7 +234,7 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
     except FileFormatError as exc:
         raise LockstepError(f"{exc}\nThis sandbox was made by an older lockstep: remove {sb.root} and run "
                             "`lockstep sandbox up` again") from None
-    _install_iris(sb, site.iris.sandbox_contract if site.iris else "2026-08")
+    _install_iris(sb, site.iris.sandbox_contract if site.iris else "2026-08", site.registry.token_env)
     if site.jovian is None:  # what we wrote (or found) must be a valid site
         # A sandbox made before the Jovian half existed: add its [jovian] table, keep the rest as it is.
         table = tomli_w.dumps({"jovian": jovian_section(sb.repos).model_dump(mode="json", exclude_none=True)})

@@ -39,6 +39,13 @@ storage:
 http:
   addr: 127.0.0.1:{port}
 """
+# Basic auth against a bcrypt htpasswd file (distribution's `htpasswd` access controller).
+_AUTH = """\
+auth:
+  htpasswd:
+    realm: lockstep-test
+    path: {htpasswd}
+"""
 
 
 @dataclass
@@ -71,28 +78,32 @@ def registry_binary() -> str:
     )
 
 
-def _answers(port: int) -> bool:
+def _answers(port: int, *, authed: bool = False) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as resp:
             return resp.status == 200
+    except urllib.error.HTTPError as exc:
+        return authed and exc.code == 401  # it answers, and wants a login
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
 
 
-def start_registry(root: Path, *, ready_timeout_s: float = 15.0) -> RegistryServer:
-    """Start a registry storing under `root`; returns once /v2/ answers 200."""
+def start_registry(root: Path, *, ready_timeout_s: float = 15.0, htpasswd: Path | None = None) -> RegistryServer:
+    """Start a registry storing under `root`; returns once /v2/ answers 200 (401 with `htpasswd`:
+    then every request needs basic auth as a user of that bcrypt htpasswd file)."""
     root.mkdir(parents=True, exist_ok=True)
     binary = registry_binary()
 
     def start(port: int) -> RegistryServer:
         config = root / "config.yml"
-        config.write_text(_CONFIG.format(storage=root / "storage", port=port))
+        config.write_text(_CONFIG.format(storage=root / "storage", port=port)
+                          + (_AUTH.format(htpasswd=htpasswd) if htpasswd else ""))
         with open(root / "registry.log", "wb") as log:
             proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
         server = RegistryServer(proc=proc, port=port, root=root)
         wait_until_ready(
-            proc, lambda: _answers(port), timeout_s=ready_timeout_s, interval_s=0.05, log=server.log,
+            proc, lambda: _answers(port, authed=htpasswd is not None), timeout_s=ready_timeout_s, interval_s=0.05, log=server.log,
             tail_chars=2000, stop=lambda: stop_registry(server),
             message=lambda _returncode, tail: (
                 f"docker-registry did not answer on /v2/ within {ready_timeout_s} s; its log:\n{tail}"
@@ -109,8 +120,8 @@ def stop_registry(server: RegistryServer) -> None:
 
 
 @contextlib.contextmanager
-def running_registry(root: Path) -> Iterator[RegistryServer]:
-    server = start_registry(root)
+def running_registry(root: Path, *, htpasswd: Path | None = None) -> Iterator[RegistryServer]:
+    server = start_registry(root, htpasswd=htpasswd)
     try:
         yield server
     finally:

@@ -148,8 +148,11 @@ def known_hosts_line(host: str, port: int, pubkey_file: Path) -> str:
     return f"[{host}]:{port} {kind} {blob}\n"
 
 
-def start_sshd(root: Path, *, ready_timeout_s: float = 15.0) -> SshdServer:
-    """Start sshd for the current user under `root`; returns once it sends its banner."""
+def start_sshd(root: Path, *, ready_timeout_s: float = 15.0, extra_config: str = "") -> SshdServer:
+    """Start sshd for the current user under `root`; returns once it sends its banner.
+
+    `extra_config`: more sshd_config lines, e.g. ``SetEnv PATH=...`` so a session finds a sandbox
+    node's `docker` the way a DGX node's login finds the real one."""
     if not Path(SSHD).exists():
         raise RuntimeError(
             f"no sshd at {SSHD}: install it with `apt-get install -y openssh-server` "
@@ -165,7 +168,7 @@ def start_sshd(root: Path, *, ready_timeout_s: float = 15.0) -> SshdServer:
         config.write_text(_CONFIG.format(
             port=port, host_key=root / "host_ed25519", authorized_keys=root / "authorized_keys",
             pid_file=root / "sshd.pid", user=user,
-        ))  # fmt: skip
+        ) + extra_config)  # fmt: skip
         (root / "known_hosts").write_text(known_hosts_line("127.0.0.1", port, root / "host_ed25519.pub"))
         with open(root / "sshd.log", "wb") as log:
             proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT,
@@ -192,8 +195,8 @@ def stop_sshd(server: SshdServer) -> None:
 
 
 @contextlib.contextmanager
-def running_sshd(root: Path) -> Iterator[SshdServer]:
-    server = start_sshd(root)
+def running_sshd(root: Path, *, extra_config: str = "") -> Iterator[SshdServer]:
+    server = start_sshd(root, extra_config=extra_config)
     try:
         yield server
     finally:
