@@ -137,12 +137,13 @@ def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Seq
     when the rules say no.
 
     `logged` is the log as this run found it (newest first), `found` the records (oldest first) this
-    run is about to add so it ends where the registry is (`current`): a move of a run that died
-    after its PUT, or one made by hand. The rules judge the log with those added, except that a
-    tag which already sits where this action would have put it from the log's old state is not a
-    reason to refuse, nor to walk one build further back: those records ARE the move, and the
-    answer is None (nothing more to write). Refused "already points at" only when the log already
-    said so (`found` empty).
+    run is about to add so that it ends where the registry is (`current`): the move of a run that
+    died after its PUT, or one made by hand. The rules judge the log with those added, except when
+    the tag already is where this action leads and `found` says how it got there: then those
+    records ARE the move and the answer is None (nothing more to write). A promote is refused
+    "already points at" only when the log already said so. A rollback whose run died after its PUT
+    is not walked one build further back by its re-run: when the last found record is that
+    rollback and this one, planned from the log's old state, picks the same target, it is done.
     """
     moves = [*reversed(found), *logged]
     hold = current_state(moves)[1]
@@ -157,15 +158,11 @@ def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Seq
     if action == "release_hold":
         return release_move(current=current, hold=hold), ""
     if action == "rollback":
-        if found:  # where would this rollback have gone from the log's own state? Already there: done.
+        if found and found[-1].action == "rollback":
             before = rollback_plan(site, git, verified=verified, moves=logged, current=current_state(logged)[0],
                                    must_contain=must_contain, build=build)
             if before.target is not None and before.target.digest == current:
-                if hold:
-                    return None, before.explain()
-                return TagMove(action="rollback", from_digest=current, to_digest=current, build=before.target.build,
-                               hold=True, recorded=f"the rollback target {current} was already on :{tag} (recorded "
-                               "just before); no registry write: this record sets the hold"), before.explain()
+                return None, before.explain()
         plan = rollback_plan(site, git, verified=verified, moves=moves, current=current, must_contain=must_contain,
                              build=build)
         return rollback_move(plan=plan, current=current), plan.explain()
