@@ -14,20 +14,19 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
-from dagster_graphql import DagsterGraphQLClient
 
 from lockstep.pools import apply_pools
+from lockstep.run_launcher import worker_started
 from resources.git import GitRemotes
 from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
@@ -38,8 +37,9 @@ from tests.postgres_server import PostgresServer, running_postgres
 from tests.registry_server import RegistryServer, running_registry
 from tests.report import count
 from tests.runs import Pipeline, failure_message, materialize, metadata
-from tests.servers import free_port, log_tail, stop_process
+from tests.servers import log_tail
 from tests.tpu import yield_in_lock
+from tests.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
 from tests.tpu.registries import (
     ARM_ENV,
     AppliedThen500,
@@ -48,7 +48,6 @@ from tests.tpu.registries import (
     MovedRightAfter,
     push_hand_made_image,
 )
-from tests.ui.dagster_dev import start_process, stop_demo
 from tpu_assets import promotion_assets
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, log_state, tag_history
@@ -58,7 +57,6 @@ from tpu_assets.tag_lock import floating_tag_lock
 from tpu_assets.tag_log import log_disagreement
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"
 DAEMON_TIMEOUT_S = 180.0
 # The move alone: the WARN check on the image at the tag reads its layers; it is tested elsewhere.
 ONLY_THE_MOVE = dg.AssetSelection.assets(FLOATING_TAG).without_checks()
@@ -555,37 +553,9 @@ def test_two_promotions_in_two_processes_leave_a_log_equal_to_the_registry(
 # -- under the daemon: a dead run is failed, frees `tag_moves`, and the log heals -----------------------
 
 
-def _demo_home(home: Path) -> None:
-    """The demo's instance (deploy/sandbox/dagster.yaml), with the queue and run monitoring polling
-    every second so the test waits seconds, not the laptop's intervals."""
-    config = yaml.safe_load(DEMO_YAML.read_text(encoding="utf-8"))
-    config["run_coordinator"]["config"]["dequeue_interval_seconds"] = 1
-    config["run_monitoring"]["poll_interval_seconds"] = 1
-    config["telemetry"] = {"enabled": False}
-    home.mkdir(parents=True)
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-
-
-def _wait(what: str, done: Callable[[], object], log: Path, timeout_s: float = DAEMON_TIMEOUT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := done():
-            return value
-        time.sleep(0.25)
-    pytest.fail(f"{what}: not within {timeout_s:.0f} s; {log.name}:\n{log_tail(log, 4000)}", pytrace=False)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus:
-    run = instance.get_run_by_id(run_id)
-    assert run is not None
-    return run.status
+def _worker_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    return next((pid for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+                 if (pid := worker_started(e.message or "")) is not None), None)
 
 
 def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_the_next_run_heals_the_log(
@@ -595,62 +565,52 @@ def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_t
     ever and held `tag_moves`. (A run worker killed alone is failed by its code server, which sees its
     child die; with the code server gone too, only run monitoring can, through LocalRunLauncher.)
 
-    `dagster dev` on the demo's instance config runs a promote of b2 in-process in its run worker
-    (HeldAfterPut holds it between its PUT and its record) and queues the same promote behind it.
-    The whole demo and the run worker are SIGKILLed. Then `dagster-daemon run` alone comes back:
-    run monitoring fails the dead run, the queued promote dequeues, records the dead run's move from
-    its intent, finds nothing left to write, and succeeds; the log ends where the registry is."""
+    `dagster-daemon run` on the demo's instance config (tests/tpu/crash_location.py's workspace)
+    queues two promotes of b2; the first runs in its run worker and HeldAfterPut holds it between its
+    PUT and its record; the second waits for `tag_moves`. The daemon, its code server and the run
+    worker are SIGKILLed. A new `dagster-daemon run` starts: run monitoring fails the dead run, the
+    queued promote dequeues, records the dead run's move from its intent, finds nothing left to
+    write, and succeeds; the log ends where the registry is."""
     home, arm = tmp_path / "dagster_home", tmp_path / "arm"
-    _demo_home(home)
+    write_demo_home(home)
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
         "module_name": "tests.tpu.crash_location", "location_name": "tpu", "working_directory": str(ROOT)}}]}))
+    log = tmp_path / "dagster-daemon.log"
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert type(instance.run_launcher).__name__ == "LocalRunLauncher" and instance.run_monitoring_enabled
         w = TagWorld(built, instance, home, tmp_path)
         apply_pools(instance, {TAG_MOVES_POOL: 1})
         assert w.promote(w.b1).success
-        env = {k: v for k, v in os.environ.items() if k != "LOCKSTEP_SENSORS_RUNNING"}  # sensors stay stopped
+        env = {k: v for k, v in os.environ.items() if k != "LOCKSTEP_SENSORS_RUNNING"}  # lockstep's sensors stay stopped
         env |= {"DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(w.site_file), "LOCKSTEP_CACHE": str(tmp_path / "cache"),
                 ARM_ENV: str(arm), "PYTHONPATH": str(ROOT)}
-        run_config = {"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": w.b2[:8]}}},
-                      "execution": {"config": {"in_process": {}}}}  # the move runs in the run worker itself
         arm.touch()
         fault()
-        port = free_port()
-        demo = start_process([sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1",
-                              "-p", str(port)], url=f"http://127.0.0.1:{port}", sandbox=built.sb,
-                             log=tmp_path / "dagster-dev.log", env=env)
+        Path(f"{arm}.submit").write_text(w.b2[:8])
+        daemon = start_daemon(workspace, env, log)
         try:
-            client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-            dead = client.submit_job_execution("promote_tpu", repository_location_name="tpu", run_config=run_config)
             put = Path(f"{arm}.put")
-            worker = int(str(_wait("the first promote's PUT", lambda: put.exists() and put.read_text(), demo.log)))
-            again = client.submit_job_execution("promote_tpu", repository_location_name="tpu", run_config=run_config)
-            # Held by a live run, `tag_moves` keeps the second in the queue.
+            worker = int(wait_for("a promote's PUT", lambda: put.exists() and put.read_text(), log, DAEMON_TIMEOUT_S))
+            runs = [r.run_id for r in instance.get_runs(dg.RunsFilter(job_name="promote_tpu"))]
+            (dead,) = [r for r in runs if _worker_pid(instance, r) == worker]
+            (again,) = [r for r in runs if r != dead]
+            # Held by a live run, `tag_moves` keeps the other in the queue.
             assert (_status(instance, dead), _status(instance, again)) == (dg.DagsterRunStatus.STARTED,
                                                                          dg.DagsterRunStatus.QUEUED)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(demo.proc.pid, signal.SIGKILL)  # the UI, the daemon, the code servers
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker, signal.SIGKILL)  # and the run worker, wherever its group is
-            _wait("the run worker to be gone", lambda: _gone(worker), demo.log)
+            kill_hard(daemon, also=worker, log=log)
         finally:
-            stop_demo(demo)
+            stop_daemon(daemon, log)
         assert w.floating() == w.d2 and w.states() == [("promote", None, w.d1)]  # the PUT landed, no record
         assert (_status(instance, dead), _status(instance, again)) == (dg.DagsterRunStatus.STARTED,
                                                                      dg.DagsterRunStatus.QUEUED)
 
-        log = tmp_path / "dagster-daemon.log"
-        with log.open("wb") as out:
-            daemon = subprocess.Popen(["env", "--default-signal=INT,TERM", str(Path(sys.executable).parent / "dagster-daemon"),
-                                       "run", "-w", str(workspace)], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        daemon = start_daemon(workspace, env, log)
         try:
-            _wait("both runs to finish", lambda: all(
-                instance.get_run_by_id(r).is_finished for r in (dead, again)), log)  # type: ignore[union-attr]
+            wait_for("both runs to finish", lambda: all(
+                instance.get_run_by_id(r).is_finished for r in (dead, again)), log, DAEMON_TIMEOUT_S)  # type: ignore[union-attr]
         finally:
-            stop_process(daemon, grace_s=25, group=True)
+            stop_daemon(daemon, log)
 
         records = {r.dagster_run.run_id: r for r in instance.get_run_records(dg.RunsFilter(run_ids=[dead, again]))}
         assert records[dead].dagster_run.status == dg.DagsterRunStatus.FAILURE
@@ -665,3 +625,9 @@ def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_t
         assert f"recorded by run {again} after run {dead}" in healed.recorded and "nothing to write" in healed.recorded
         assert_log_is_the_registry(w)
         assert healed.to_digest == w.d2
+
+
+def _status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus:
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    return run.status
