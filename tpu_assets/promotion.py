@@ -30,7 +30,7 @@ class PromotionRefused(LockstepError):
 
 
 class AlreadyThere(PromotionRefused):
-    """The promote's target is already on the tag, and the log already says so: nothing to do."""
+    """The promote's target is already on the tag (decide_move refuses that only when the log says so too)."""
 
 
 class TagStateUnknown(LockstepError):

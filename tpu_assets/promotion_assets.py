@@ -30,7 +30,6 @@ from tpu_assets.history import (
 from tpu_assets.inspection import read_installed
 from tpu_assets.promotion import (
     TAG_MOVES_POOL,
-    PromotionRefused,
     decide_move,
     floating_tag_lock_name,
     put_and_reread,
@@ -86,8 +85,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
             move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
                                           logged=tag_history(context.instance), found=found, current=current,
                                           build=config.build, must_contain=config.must_contain)
-        except PromotionRefused:
-            for outside in found:  # refused on the log as it really is: that log is still recorded
+        except Exception:  # refused (or git failed): what the registry showed is still recorded
+            for outside in found:
                 record(outside)
             raise
         if plan_text:

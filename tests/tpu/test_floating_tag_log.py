@@ -333,6 +333,17 @@ def test_a_rollback_after_a_promote_that_died_rolls_back_from_where_the_tag_real
     assert_log_is_the_registry(w)
 
 
+def test_a_refused_promote_still_records_the_move_it_found(world: TagWorld) -> None:
+    w = world
+    assert w.promote(w.b1).success and w.promote(w.b2).success and w.move("rollback").success
+    fault()
+    w.someone_tags(w.built.hand)
+    held = w.promote(w.b2)
+    assert not held.success and "on hold" in failure_message(held)
+    assert w.states()[-1] == ("observed", w.d1, w.built.hand) and w.log()[-1].hold is True
+    assert_log_is_the_registry(w)
+
+
 # -- the watch ----------------------------------------------------------------------------------------
 
 
