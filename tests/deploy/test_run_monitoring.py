@@ -52,6 +52,7 @@ def test_the_demo_instance_monitors_runs_with_a_launcher_that_checks_workers(dem
     assert demo_instance.run_monitoring_enabled
     assert demo_instance.run_monitoring_max_resume_run_attempts == 0
     assert demo_instance.run_monitoring_poll_interval_seconds <= 10  # a laptop: seconds, not Dagster's 120
+    assert demo_instance.run_monitoring_start_timeout_seconds >= 600  # a loaded machine starts a worker slowly
 
 
 def test_the_team_deployments_monitor_runs_with_launchers_that_check_workers() -> None:
