@@ -16,7 +16,7 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry, RegistryError
 from resources.site import SiteConfig
 from tpu_assets.history import tag_history, verified_history
-from tpu_assets.rollback import RollbackPlan, TagMove, VerifiedBuild, plan_rollback
+from tpu_assets.rollback import RollbackPlan, TagMove, VerifiedBuild, current_state, plan_rollback
 from tpu_assets.tag_lock import lock_name
 from tpu_assets.tag_log import TagWrite
 
@@ -27,6 +27,10 @@ TAG_MOVES_POOL = "tag_moves"
 
 class PromotionRefused(LockstepError):
     """A promote, rollback or hold release that would be wrong; the floating tag was not touched."""
+
+
+class AlreadyThere(PromotionRefused):
+    """The promote's target is already on the tag (decide_move refuses that only when the log says so too)."""
 
 
 class TagStateUnknown(LockstepError):
@@ -54,7 +58,7 @@ def promote_move(*, verified: Sequence[VerifiedBuild], build: str, current: str 
         )
     target = chosen[0]
     if target.digest == current:
-        raise PromotionRefused(f":{tag} already points at {target.digest} (build {target.build[:8]})")
+        raise AlreadyThere(f":{tag} already points at {target.digest} (build {target.build[:8]})")
     return TagMove(action="promote", from_digest=current, to_digest=target.digest, build=target.build)
 
 
@@ -127,16 +131,38 @@ def put_and_reread(registry: Registry, *, repository: str, tag: str, target: str
 
 
 def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Sequence[VerifiedBuild],
-                moves: Sequence[TagMove], current: str | None, hold: bool, build: str = "",
-                must_contain: str = "") -> tuple[TagMove, str]:
-    """The move `action` asks for from this state (the registry's `current`, the log's hold), and the
-    rollback plan's text when there is one; PromotionRefused when the rules say no."""
+                logged: Sequence[TagMove], found: Sequence[TagMove], current: str | None, build: str = "",
+                must_contain: str = "") -> tuple[TagMove | None, str]:
+    """The move `action` asks for, and the rollback plan's text when there is one; PromotionRefused
+    when the rules say no.
+
+    `logged` is the log as this run found it (newest first), `found` the records (oldest first) this
+    run is about to add so that it ends where the registry is (`current`): the move of a run that
+    died after its PUT, or one made by hand. The rules judge the log with those added, except when
+    the tag already is where this action leads and `found` says how it got there: then those
+    records ARE the move and the answer is None (nothing more to write). A promote is refused
+    "already points at" only when the log already said so. A rollback whose run died after its PUT
+    is not walked one build further back by its re-run: when the last found record is that
+    rollback and this one, planned from the log's old state, picks the same target, it is done.
+    """
+    moves = [*reversed(found), *logged]
+    hold = current_state(moves)[1]
     tag = site.tpu.floating_tag
     if action == "promote":
-        return promote_move(verified=verified, build=build, current=current, hold=hold, tag=tag), ""
+        try:
+            return promote_move(verified=verified, build=build, current=current, hold=hold, tag=tag), ""
+        except AlreadyThere:
+            if found:
+                return None, ""
+            raise
     if action == "release_hold":
         return release_move(current=current, hold=hold), ""
     if action == "rollback":
+        if found and found[-1].action == "rollback":
+            before = rollback_plan(site, git, verified=verified, moves=logged, current=current_state(logged)[0],
+                                   must_contain=must_contain, build=build)
+            if before.target is not None and before.target.digest == current:
+                return None, before.explain()
         plan = rollback_plan(site, git, verified=verified, moves=moves, current=current, must_contain=must_contain,
                              build=build)
         return rollback_move(plan=plan, current=current), plan.explain()

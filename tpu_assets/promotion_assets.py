@@ -28,10 +28,15 @@ from tpu_assets.history import (
     verified_history,
 )
 from tpu_assets.inspection import read_installed
-from tpu_assets.promotion import TAG_MOVES_POOL, decide_move, floating_tag_lock_name, put_and_reread
-from tpu_assets.rollback import current_state
+from tpu_assets.promotion import (
+    TAG_MOVES_POOL,
+    decide_move,
+    floating_tag_lock_name,
+    put_and_reread,
+)
+from tpu_assets.rollback import TagMove
 from tpu_assets.tag_lock import floating_tag_lock
-from tpu_assets.tag_log import TagIntent, records_after_write, unrecorded_moves
+from tpu_assets.tag_log import TagIntent, noted, records_after_write, unrecorded_moves
 
 
 class FloatingTagConfig(dg.Config):
@@ -68,25 +73,40 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
     with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=config.lock_timeout_s,
                            holder=f"run {run_id}") as held:
         context.log.info(f"holding the {held}")
+
+        def record(move: TagMove) -> None:
+            context.log.warning(move.recorded)
+            context.log_event(move_materialization(cfg, move))
+
         current = registry.resolve(repository=repository, reference=tag)
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
-        for found in unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}"):
-            context.log.warning(found.recorded)
-            context.log_event(move_materialization(cfg, found))
-        moves = tag_history(context.instance)
-        move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
-                                      moves=moves, current=current, hold=current_state(moves)[1],
-                                      build=config.build, must_contain=config.must_contain)
+        found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
+        try:
+            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
+                                          logged=tag_history(context.instance), found=found, current=current,
+                                          build=config.build, must_contain=config.must_contain)
+        except Exception:  # refused (or git failed): what the registry showed is still recorded
+            for outside in found:
+                record(outside)
+            raise
         if plan_text:
             context.log.info(plan_text)
-        records = [move]
-        if move.to_digest is not None and move.to_digest != current:
-            context.log_event(intent_observation(cfg, TagIntent(
-                run_id=run_id, action=move.action, from_digest=current, to_digest=move.to_digest,  # type: ignore[arg-type]
-                build=move.build, hold=move.hold)))
-            write = put_and_reread(registry, repository=repository, tag=tag, target=move.to_digest)
-            records = records_after_write(move, write, tag=tag)
-        ours, *later = records
+        if move is None:  # the tag already is where this action leads, and the records found say how
+            *before, last = found
+            for outside in before:
+                record(outside)
+            ours, later = noted(last, f"this {config.action} run found :{tag} already there: nothing to write"), []
+        else:
+            for outside in found:  # before the intent: an intent older than the log's newest record is settled
+                record(outside)
+            records = [move]
+            if move.to_digest is not None and move.to_digest != current:
+                context.log_event(intent_observation(cfg, TagIntent(
+                    run_id=run_id, action=move.action, from_digest=current, to_digest=move.to_digest,  # type: ignore[arg-type]
+                    build=move.build, hold=move.hold)))
+                write = put_and_reread(registry, repository=repository, tag=tag, target=move.to_digest)
+                records = records_after_write(move, write, tag=tag)
+            ours, *later = records
         # Yielded inside the lock: Dagster stores the materialization before this generator resumes
         # (tests/tpu/test_floating_tag_log.py proves it), so the next writer reads it.
         yield dg.MaterializeResult(
@@ -94,8 +114,7 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
             metadata=move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
         )
         for outside in later:
-            context.log.warning(outside.recorded)
-            context.log_event(move_materialization(cfg, outside))
+            record(outside)
 
 
 def _action_job(name: str, action: str, description: str):  # type: ignore[no-untyped-def]

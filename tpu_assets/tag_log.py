@@ -97,7 +97,7 @@ def records_after_write(move: TagMove, write: TagWrite, *, tag: str) -> list[Tag
             )
         note = (f"the registry answered the PUT with an error ({write.put_error}) but applied it: the re-read "
                 f"shows :{tag} at {move.to_digest}")
-        return [_noted(move, note)]
+        return [noted(move, note)]
     if write.after == move.to_digest:
         return [move]
     note = (f"the re-read right after this write found :{tag} at {write.after or 'nothing'}: someone moved it "
@@ -105,10 +105,11 @@ def records_after_write(move: TagMove, write: TagWrite, *, tag: str) -> list[Tag
     outside = TagMove(action="observed", from_digest=move.to_digest, to_digest=write.after, hold=move.hold,
                       recorded=f"seen by the re-read after lockstep's {move.action} to {move.to_digest}: lockstep did "
                            "not make this move")
-    return [_noted(move, note), outside]
+    return [noted(move, note), outside]
 
 
-def _noted(move: TagMove, note: str) -> TagMove:
+def noted(move: TagMove, note: str) -> TagMove:
+    """`move` with `note` added to what its record says about how it was recorded."""
     return move.model_copy(update={"recorded": f"{move.recorded}; {note}" if move.recorded else note})
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from resources.registry import OCI_CONFIG, OCI_MANIFEST, HttpRegistry, RegistryError
 
+# The file that arms HeldAfterPut in a code location the test serves (tests/tpu/crash_location.py).
+ARM_ENV = "LOCKSTEP_TEST_ARM"
 SERVER_500 = "PUT {where}: HTTP 500 Internal Server Error: the registry failed: run again later"
 
 
@@ -27,6 +29,24 @@ class AppliedThen500(HttpRegistry):
     def tag(self, *, repository: str, digest: str, tag: str) -> None:
         super().tag(repository=repository, digest=digest, tag=tag)
         raise RegistryError(SERVER_500.format(where=self._where(repository, tag)))
+
+
+# Tags whose PUT AppliedThen500ThenGone has made: from then on that tag cannot be read back.
+_GONE_AFTER_PUT: set[str] = set()
+
+
+class AppliedThen500ThenGone(AppliedThen500):
+    """The PUT lands and answers 500, and the registry cannot be read after it: the run cannot tell
+    whether it moved the tag (TagStateUnknown), fails, and records nothing, as if it had died."""
+
+    def tag(self, *, repository: str, digest: str, tag: str) -> None:
+        _GONE_AFTER_PUT.add(tag)
+        super().tag(repository=repository, digest=digest, tag=tag)
+
+    def resolve(self, *, repository: str, reference: str) -> str | None:
+        if reference in _GONE_AFTER_PUT:
+            raise RegistryError(f"GET {self._where(repository, reference)}: connection refused")
+        return super().resolve(repository=repository, reference=reference)
 
 
 class FailedPut(HttpRegistry):
@@ -94,3 +114,21 @@ def push_hand_made_image(registry: HttpRegistry, *, repository: str) -> str:
     manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
                            "config": {"mediaType": OCI_CONFIG, "digest": desc.digest, "size": desc.size}}).encode()
     return registry.push_manifest(repository=repository, raw=manifest, media_type=OCI_MANIFEST, tag="hand-made")
+
+
+class HeldAfterPut(HttpRegistry):
+    """Armed by the file `arm` (consumed by the first PUT that finds it): the PUT lands, this process
+    writes its pid to `<arm>.put`, and waits there for ever, between its PUT and its record, for the
+    test to SIGKILL it. Unarmed, a plain PUT."""
+
+    arm: str
+
+    def tag(self, *, repository: str, digest: str, tag: str) -> None:
+        super().tag(repository=repository, digest=digest, tag=tag)
+        try:
+            Path(self.arm).unlink()
+        except FileNotFoundError:
+            return
+        Path(f"{self.arm}.put").write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)

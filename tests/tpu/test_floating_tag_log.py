@@ -25,6 +25,8 @@ import dagster as dg
 import pytest
 import yaml
 
+from lockstep.pools import apply_pools
+from lockstep.run_launcher import worker_started
 from resources.git import GitRemotes
 from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
@@ -33,18 +35,29 @@ from sandbox.world import Sandbox, advance_harbor, up
 from tests.conftest import sandbox_resources
 from tests.postgres_server import PostgresServer, running_postgres
 from tests.registry_server import RegistryServer, running_registry
+from tests.report import count
 from tests.runs import Pipeline, failure_message, materialize, metadata
+from tests.servers import log_tail
 from tests.tpu import yield_in_lock
-from tests.tpu.registries import AppliedThen500, FailedPut, MovedRightAfter, push_hand_made_image
+from tests.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
+from tests.tpu.registries import (
+    ARM_ENV,
+    AppliedThen500,
+    AppliedThen500ThenGone,
+    FailedPut,
+    MovedRightAfter,
+    push_hand_made_image,
+)
 from tpu_assets import promotion_assets
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, log_state, tag_history
-from tpu_assets.promotion import floating_tag_lock_name, plan_for
+from tpu_assets.promotion import TAG_MOVES_POOL, floating_tag_lock_name, plan_for
 from tpu_assets.rollback import TagMove
 from tpu_assets.tag_lock import floating_tag_lock
 from tpu_assets.tag_log import log_disagreement
 
 ROOT = Path(__file__).resolve().parents[2]
+DAEMON_TIMEOUT_S = 180.0
 # The move alone: the WARN check on the image at the tag reads its layers; it is tested elsewhere.
 ONLY_THE_MOVE = dg.AssetSelection.assets(FLOATING_TAG).without_checks()
 _TAGS = itertools.count(1)
@@ -185,12 +198,26 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
+def fault(n: int = 1) -> None:
+    """Count a fault a test injects (the suite prints the total)."""
+    count("faults injected (promotion log)", n)
+
+
+def assert_log_is_the_registry(w: TagWorld) -> None:
+    """The promotion log's promise: a true account (each record starts where the one before ended)
+    whose newest record is where the registry has the tag."""
+    log, now = w.log(), w.floating()
+    assert log_disagreement(log, now) is None, log_disagreement(log, now)
+    assert log and log[-1].to_digest == now, [(m.action, m.from_digest, m.to_digest) for m in log]
+
+
 # -- what a PUT's answer records --------------------------------------------------------------------
 
 
 def test_a_put_the_registry_applied_but_answered_500_is_recorded_and_the_next_plan_starts_from_it(world: TagWorld) -> None:
     w = world
     assert w.promote(w.b1).success
+    fault()
     applied = w.promote(w.b2, AppliedThen500(host=w.built.host))
     assert applied.success, failure_message(applied)
     assert w.floating() == w.d2
@@ -198,10 +225,11 @@ def test_a_put_the_registry_applied_but_answered_500_is_recorded_and_the_next_pl
     assert meta["from_digest"] == w.d1 and meta["to_digest"] == w.d2
     assert "answered the PUT with an error" in str(meta["recorded"]) and "HTTP 500" in str(meta["recorded"])
     assert w.states() == [("promote", None, w.d1), ("promote", w.d1, w.d2)]
+    assert_log_is_the_registry(w)  # at once: no reconciling run needed
 
     plan = w.plan()
     assert plan.current_digest == w.d2 and plan.target is not None and plan.target.digest == w.d1
-    again = w.promote(w.b2)  # the old scar: refused "already points at", with the move never logged
+    again = w.promote(w.b2)  # the log already says so: refused, and nothing new recorded
     assert not again.success and "already points at" in failure_message(again)
     assert len(w.log()) == 2 and w.tick().startswith(f":{w.tag} still at {w.d2}")
 
@@ -209,6 +237,7 @@ def test_a_put_the_registry_applied_but_answered_500_is_recorded_and_the_next_pl
 def test_a_put_that_failed_and_did_not_apply_records_nothing_and_leaves_the_tag(world: TagWorld) -> None:
     w = world
     assert w.promote(w.b1).success
+    fault()
     failed = w.promote(w.b2, FailedPut(host=w.built.host))
     assert not failed.success
     said = failure_message(failed)
@@ -218,18 +247,101 @@ def test_a_put_that_failed_and_did_not_apply_records_nothing_and_leaves_the_tag(
     assert intent.to_digest == w.d2 and intent.run_id == failed.run_id
     assert w.tick() == f":{w.tag} still at {w.d1}, as the promotion log says"  # nothing to complete
     assert w.states() == [("promote", None, w.d1)]
+    assert_log_is_the_registry(w)
 
 
 def test_a_reread_that_finds_another_digest_records_our_move_then_the_outside_one(world: TagWorld) -> None:
     w = world
     assert w.promote(w.b1).success
+    fault()
     raced = w.promote(w.b2, MovedRightAfter(host=w.built.host, then_digest=w.built.hand))
     assert raced.success, failure_message(raced)
     assert w.floating() == w.built.hand
     assert w.states() == [("promote", None, w.d1), ("promote", w.d1, w.d2), ("observed", w.d2, w.built.hand)]
     assert "someone moved it again" in w.log()[1].recorded
-    assert log_disagreement(w.log(), w.floating()) is None
+    assert_log_is_the_registry(w)
     assert "still at" in w.tick()  # the log already ends where the registry is
+
+
+# -- the next run heals the log: a promote or rollback whose target the registry already has ----------
+
+
+def test_a_put_applied_then_500_by_a_run_that_died_is_recorded_by_the_next_promote_which_writes_nothing(
+    world: TagWorld,
+) -> None:
+    w = world
+    assert w.promote(w.b1).success
+    fault()
+    died = w.promote(w.b2, AppliedThen500ThenGone(host=w.built.host))
+    assert not died.success and "whether it moved is unknown" in failure_message(died)
+    assert w.floating() == w.d2 and w.states() == [("promote", None, w.d1)]  # the scar: the log is behind
+    again = w.promote(w.b2)  # was: refused "already points at", and the move never logged
+    assert again.success, failure_message(again)
+    meta = metadata(again)
+    assert (meta["action"], meta["from_digest"], meta["to_digest"]) == ("promote", w.d1, w.d2)
+    assert f"after run {died.run_id}" in str(meta["recorded"]) and "nothing to write" in str(meta["recorded"])
+    assert w.states() == [("promote", None, w.d1), ("promote", w.d1, w.d2)]
+    assert_log_is_the_registry(w)
+    third = w.promote(w.b2)  # now the log says so: refused, nothing new
+    assert not third.success and "already points at" in failure_message(third) and len(w.log()) == 2
+
+
+def test_a_hand_move_to_a_verified_build_is_recorded_by_the_promote_of_that_build(world: TagWorld) -> None:
+    w = world
+    assert w.promote(w.b1).success
+    fault()
+    w.someone_tags(w.d2)
+    again = w.promote(w.b2)
+    assert again.success, failure_message(again)
+    meta = metadata(again)
+    assert (meta["action"], meta["from_digest"], meta["to_digest"]) == ("observed", w.d1, w.d2)
+    assert "lockstep did not make this move" in str(meta["recorded"]) and "nothing to write" in str(meta["recorded"])
+    assert w.states() == [("promote", None, w.d1), ("observed", w.d1, w.d2)]
+    assert_log_is_the_registry(w)
+    third = w.promote(w.b2)
+    assert not third.success and "already points at" in failure_message(third) and len(w.log()) == 2
+
+
+def test_a_rollback_run_again_after_its_run_died_records_that_rollback_and_goes_no_further_back(
+    world: TagWorld,
+) -> None:
+    w = world
+    assert w.promote(w.b1).success and w.promote(w.b2).success
+    fault()
+    died = w.move("rollback", AppliedThen500ThenGone(host=w.built.host))
+    assert not died.success and w.floating() == w.d1 and len(w.log()) == 2
+    again = w.move("rollback")
+    assert again.success, failure_message(again)
+    meta = metadata(again)
+    assert (meta["action"], meta["from_digest"], meta["to_digest"], meta["hold"]) == ("rollback", w.d2, w.d1, True)
+    assert f"after run {died.run_id}" in str(meta["recorded"]) and "nothing to write" in str(meta["recorded"])
+    assert w.floating() == w.d1 and w.states()[-1] == ("rollback", w.d2, w.d1) and len(w.log()) == 3
+    assert_log_is_the_registry(w)
+    held = w.promote(w.b2)  # the dead rollback's hold holds
+    assert not held.success and "on hold" in failure_message(held)
+
+
+def test_a_rollback_after_a_promote_that_died_rolls_back_from_where_the_tag_really_is(world: TagWorld) -> None:
+    w = world
+    assert w.promote(w.b1).success
+    fault()
+    assert not w.promote(w.b2, AppliedThen500ThenGone(host=w.built.host)).success
+    rolled = w.move("rollback")
+    assert rolled.success, failure_message(rolled)
+    assert w.states() == [("promote", None, w.d1), ("promote", w.d1, w.d2), ("rollback", w.d2, w.d1)]
+    assert w.floating() == w.d1
+    assert_log_is_the_registry(w)
+
+
+def test_a_refused_promote_still_records_the_move_it_found(world: TagWorld) -> None:
+    w = world
+    assert w.promote(w.b1).success and w.promote(w.b2).success and w.move("rollback").success
+    fault()
+    w.someone_tags(w.built.hand)
+    held = w.promote(w.b2)
+    assert not held.success and "on hold" in failure_message(held)
+    assert w.states()[-1] == ("observed", w.d1, w.built.hand) and w.log()[-1].hold is True
+    assert_log_is_the_registry(w)
 
 
 # -- the watch ----------------------------------------------------------------------------------------
@@ -238,13 +350,14 @@ def test_a_reread_that_finds_another_digest_records_our_move_then_the_outside_on
 def test_a_move_made_outside_lockstep_is_recorded_once_by_the_watch_and_plans_start_from_it(world: TagWorld) -> None:
     w = world
     assert w.promote(w.b1).success and w.promote(w.b2).success
+    fault()
     w.someone_tags(w.built.hand)
     assert "still" not in (said := w.tick()) and f"observed {w.d2} -> {w.built.hand}" in said
     assert w.tick() == f":{w.tag} still at {w.built.hand}, as the promotion log says"
     observed = [m for m in w.log() if m.action == "observed"]
     assert len(observed) == 1 and observed[0].to_digest == w.built.hand and observed[0].hold is False
     assert "lockstep did not make this move" in observed[0].recorded
-    assert log_disagreement(w.log(), w.floating()) is None
+    assert_log_is_the_registry(w)
 
     plan = w.plan()
     assert plan.current_digest == w.built.hand and plan.target is not None and plan.target.digest == w.d2
@@ -259,6 +372,7 @@ def test_a_hold_survives_a_hand_move_and_still_stops_promotion(world: TagWorld) 
     w = world
     assert w.promote(w.b1).success and w.promote(w.b2).success
     assert w.move("rollback").success and w.floating() == w.d1
+    fault()
     w.someone_tags(w.built.hand)
     w.tick()
     assert w.log()[-1].action == "observed" and w.log()[-1].hold is True
@@ -275,13 +389,16 @@ def test_a_run_records_a_hand_move_it_finds_before_it_moves(world: TagWorld) -> 
     """No watch tick in between: the promote itself brings the log level with the registry first."""
     w = world
     assert w.promote(w.b1).success
+    fault()
     w.someone_tags(w.built.hand)
     assert w.promote(w.b2).success
     assert w.states() == [("promote", None, w.d1), ("observed", w.d1, w.built.hand), ("promote", w.built.hand, w.d2)]
+    assert_log_is_the_registry(w)
 
 
 def test_the_watch_skips_an_unreachable_registry_and_records_nothing(world: TagWorld) -> None:
     w = world
+    fault(2)  # a hand move, and a registry that does not answer
     w.someone_tags(w.d1)
     w.resources["registry"] = HttpRegistry(host="127.0.0.1:9", timeout_s=2)  # nothing listens on discard
     said = w.tick()
@@ -290,6 +407,7 @@ def test_the_watch_skips_an_unreachable_registry_and_records_nothing(world: TagW
 
 def test_the_watch_waits_while_a_move_holds_the_lock(world: TagWorld) -> None:
     w = world
+    fault(2)  # a hand move, and the lock held by another writer
     w.someone_tags(w.d1)
     with floating_tag_lock(w.instance, name=floating_tag_lock_name(w.site), timeout_s=1, holder="test"):
         assert "a lockstep move of it is in progress" in w.tick()
@@ -316,6 +434,7 @@ def test_the_record_is_stored_before_the_lock_is_released(world: TagWorld, monke
 
     monkeypatch.setattr(promotion_assets, "floating_tag_lock", watched)
     assert w.promote(w.b1).success
+    fault(2)  # a hand move, and another writer right after our PUT
     w.someone_tags(w.built.hand)
     raced = w.promote(w.b2, MovedRightAfter(host=w.built.host, then_digest=w.d1))
     assert raced.success, failure_message(raced)
@@ -345,6 +464,7 @@ def test_a_writer_that_cannot_get_the_lock_fails_clearly_and_moves_nothing(
 ) -> None:
     server = request.getfixturevalue("postgres") if storage == "postgres" else None
     with _world(built, tmp_path, storage, server) as w:
+        fault()
         with floating_tag_lock(w.instance, name=floating_tag_lock_name(w.site), timeout_s=1, holder="test holder"):
             blocked = w.move("promote", build=w.b1[:8], lock_timeout_s=1)
         said = failure_message(blocked)
@@ -378,6 +498,7 @@ def test_a_run_sigkilled_between_put_and_record_is_completed_by_the_watch(
     """On Postgres, as a team runs it: the killed run's advisory lock goes with its connection."""
     with _world(built, tmp_path, "postgres", postgres) as w:
         assert w.promote(w.b1).success
+        fault()
         code, said = _finish(_worker(w, w.b2, registry="KilledAfterPut"))
         assert code == -9, said  # really killed: no record, no finally
         assert w.floating() == w.d2 and w.states() == [("promote", None, w.d1)]
@@ -389,6 +510,7 @@ def test_a_run_sigkilled_between_put_and_record_is_completed_by_the_watch(
         assert (completed.action, completed.from_digest, completed.to_digest, completed.build) == (
             "promote", w.d1, w.d2, w.b2)
         assert f"after run {intent.run_id}" in completed.recorded and "floating_tag_watch" in completed.recorded
+        assert_log_is_the_registry(w)  # after one reconciling pass (the watch's tick)
         assert "still at" in w.tick() and len(w.log()) == 2
         # The dead run's lock went with its Postgres session: the next move goes through.
         rolled = w.move("rollback", lock_timeout_s=5)
@@ -405,6 +527,7 @@ def test_two_promotions_in_two_processes_leave_a_log_equal_to_the_registry(
     truth; without it both write from the same read and the log's account is wrong."""
     server = request.getfixturevalue("postgres") if storage == "postgres" else None
     with _world(built, tmp_path, storage, server) as w:
+        fault()  # two writers inside one window
         box = tmp_path / "window"
         box.mkdir()
         started = time.monotonic()
@@ -429,10 +552,93 @@ def test_two_promotions_in_two_processes_leave_a_log_equal_to_the_registry(
             happened = [("promote", None, puts[0]["digest"], build_of[puts[0]["digest"]]),
                         ("promote", puts[0]["digest"], puts[1]["digest"], build_of[puts[1]["digest"]])]
             assert [(m.action, m.from_digest, m.to_digest, m.build) for m in log] == happened
-            assert log_disagreement(log, final) is None
+            assert_log_is_the_registry(w)
         else:
             assert windows == {"a": "met", "b": "met"}, windows  # both inside the window at once
             disagreement = log_disagreement(log, final)
             assert disagreement is not None, [(m.action, m.from_digest, m.to_digest) for m in log]
             assert "starts at nothing" in disagreement  # both wrote from the same read: one from-digest is false
         assert elapsed < 200
+
+
+# -- under the daemon: a dead run is failed, frees `tag_moves`, and the log heals -----------------------
+
+
+def _worker_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    return next((pid for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+                 if (pid := worker_started(e.message or "")) is not None), None)
+
+
+def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_the_next_run_heals_the_log(
+    built: Built, tmp_path: Path
+) -> None:
+    """The demo killed -9 mid-promotion, then started again: the scar where a run stayed STARTED for
+    ever and held `tag_moves`. (A run worker killed alone is failed by its code server, which sees its
+    child die; with the code server gone too, only run monitoring can, through LocalRunLauncher.)
+
+    `dagster-daemon run` on the demo's instance config (tests/tpu/crash_location.py's workspace)
+    queues two promotes of b2; the first runs in its run worker and HeldAfterPut holds it between its
+    PUT and its record; the second waits for `tag_moves`. The daemon, its code server and the run
+    worker are SIGKILLed. A new `dagster-daemon run` starts: run monitoring fails the dead run, the
+    queued promote dequeues, records the dead run's move from its intent, finds nothing left to
+    write, and succeeds; the log ends where the registry is."""
+    home, arm = tmp_path / "dagster_home", tmp_path / "arm"
+    write_demo_home(home)
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
+        "module_name": "tests.tpu.crash_location", "location_name": "tpu", "working_directory": str(ROOT)}}]}))
+    log = tmp_path / "dagster-daemon.log"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_launcher).__name__ == "LocalRunLauncher" and instance.run_monitoring_enabled
+        w = TagWorld(built, instance, home, tmp_path)
+        apply_pools(instance, {TAG_MOVES_POOL: 1})
+        assert w.promote(w.b1).success
+        env = {k: v for k, v in os.environ.items() if k != "LOCKSTEP_SENSORS_RUNNING"}  # lockstep's sensors stay stopped
+        env |= {"DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(w.site_file), "LOCKSTEP_CACHE": str(tmp_path / "cache"),
+                ARM_ENV: str(arm), "PYTHONPATH": str(ROOT)}
+        arm.touch()
+        fault()
+        Path(f"{arm}.submit").write_text(w.b2[:8])
+        daemon = start_daemon(workspace, env, log)
+        try:
+            put = Path(f"{arm}.put")
+            worker = int(wait_for("a promote's PUT", lambda: put.exists() and put.read_text(), log, DAEMON_TIMEOUT_S))
+            runs = [r.run_id for r in instance.get_runs(dg.RunsFilter(job_name="promote_tpu"))]
+            (dead,) = [r for r in runs if _worker_pid(instance, r) == worker]
+            (again,) = [r for r in runs if r != dead]
+            # Held by a live run, `tag_moves` keeps the other in the queue.
+            assert (_status(instance, dead), _status(instance, again)) == (dg.DagsterRunStatus.STARTED,
+                                                                         dg.DagsterRunStatus.QUEUED)
+            kill_hard(daemon, also=worker, log=log)
+        finally:
+            stop_daemon(daemon, log)
+        assert w.floating() == w.d2 and w.states() == [("promote", None, w.d1)]  # the PUT landed, no record
+        assert (_status(instance, dead), _status(instance, again)) == (dg.DagsterRunStatus.STARTED,
+                                                                     dg.DagsterRunStatus.QUEUED)
+
+        daemon = start_daemon(workspace, env, log)
+        try:
+            wait_for("both runs to finish", lambda: all(
+                instance.get_run_by_id(r).is_finished for r in (dead, again)), log, DAEMON_TIMEOUT_S)  # type: ignore[union-attr]
+        finally:
+            stop_daemon(daemon, log)
+
+        records = {r.dagster_run.run_id: r for r in instance.get_run_records(dg.RunsFilter(run_ids=[dead, again]))}
+        assert records[dead].dagster_run.status == dg.DagsterRunStatus.FAILURE
+        failed = [e for e in instance.all_logs(dead) if e.dagster_event and e.dagster_event.is_run_failure]
+        assert f"the run worker process (pid {worker}) is gone" in failed[-1].message, failed[-1].message
+        assert records[again].dagster_run.status == dg.DagsterRunStatus.SUCCESS, log_tail(log, 4000)
+        assert records[again].start_time is not None and records[dead].end_time is not None
+        assert records[again].start_time >= records[dead].end_time  # it waited for the slot the dead run held
+
+        healed = w.log()[-1]
+        assert w.states() == [("promote", None, w.d1), ("promote", w.d1, w.d2)]
+        assert f"recorded by run {again} after run {dead}" in healed.recorded and "nothing to write" in healed.recorded
+        assert_log_is_the_registry(w)
+        assert healed.to_digest == w.d2
+
+
+def _status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus:
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    return run.status
