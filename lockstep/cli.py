@@ -179,7 +179,7 @@ def rollback_plan(must_contain: str, build: str) -> None:
     """Print which build a rollback would move the floating tag to, and why each other one is refused.
     Changes nothing. Exit 0 when there is a target, 1 when there is none."""
 
-    from resources.git import GitRemotes
+    from resources.git import git_for
     from resources.registry import registry_for
     from resources.site import load_site
     from tpu_assets.promotion import plan_for
@@ -187,7 +187,7 @@ def rollback_plan(must_contain: str, build: str) -> None:
     def plan():  # type: ignore[no-untyped-def]
         site = load_site()
         with _instance() as instance:
-            return plan_for(site, instance, GitRemotes(), registry_for(site), must_contain=must_contain, build=build)
+            return plan_for(site, instance, git_for(site), registry_for(site), must_contain=must_contain, build=build)
 
     result = _guard(plan)
     click.echo(result.explain())
