@@ -78,6 +78,8 @@ def check_image_repository(kind: str, value: str) -> str:
         ref = ImageRef.parse(value)
     except RegistryError as exc:
         raise NameRefused(f"{kind} {value!r}: {exc}") from None
+    if not check_host_port(ref.registry):
+        raise NameRefused(f"{kind} {value!r} starts with {ref.registry!r}, which is not a registry host[:port]")
     if ref.tag or ref.digest or value != value.strip():
         raise NameRefused(f"{kind} {value!r} must be a repository without tag or digest, e.g. ghcr.io/org/image")
     return value
