@@ -651,6 +651,15 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
 
 
+def _shown_line(text: str, line: int | None) -> str:
+    """The line a syntax error is on, so the person sees the value; never one whose key says secret."""
+    lines = text.splitlines()
+    if not line or line > len(lines):
+        return ""
+    shown = lines[line - 1].strip()
+    return "" if _SECRETISH.search(shown.split("=", 1)[0]) else f" in {shown[:200]!r}"
+
+
 def load_site(path: Path | str | None = None) -> SiteConfig:
     """Read and validate a site file. Errors name the file, the line, the key and what is wrong."""
     site_path = Path(path or os.environ.get(SITE_ENV) or DEFAULT_SITE)
@@ -667,7 +676,10 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise FileFormatError(site_path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
-    data = load_toml(site_path, text)
+    try:
+        data = load_toml(site_path, text)
+    except FileFormatError as exc:
+        raise FileFormatError(site_path, exc.line, exc.message + _shown_line(text, exc.line)) from None
     try:
         config = SiteConfig.model_validate(data)
     except ValidationError as exc:
