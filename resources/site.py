@@ -7,6 +7,7 @@ and the values are read when needed, never written back or logged.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -23,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -51,14 +53,14 @@ from resources.site_rules import (
     check_size,
     check_user,
 )
-from resources.tomlfile import key_line, load_toml
+from resources.tomlfile import SECRET_KEY, key_line, load_toml
 
 DEFAULT_SITE = Path(".sandbox") / "site.toml"
 SITE_ENV = "LOCKSTEP_SITE"
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # A key whose name says it holds a credential: its value must live in the environment.
-_SECRETISH = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
+_SECRETISH = SECRET_KEY
 
 
 class _Table(BaseModel):
@@ -249,10 +251,10 @@ class TpuSection(_Table):
     probes: list[Probe] = Field(default_factory=lambda: [HARBOR_GUARD_PROBE])
     min_layers: int = Field(default=2, ge=1, description="One giant layer is not pullable over ghcr egress.")
     max_layer_bytes: int = Field(default=8 * 1024**3, gt=0)
-    rebuild_on_lock_change: bool = Field(
+    rebuild_on_lock_change: StrictBool = Field(
         default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
     )
-    auto_promote: bool = Field(default=False, description="Promote each newly verified build (never while on hold).")
+    auto_promote: StrictBool = Field(default=False, description="Promote each newly verified build (never while on hold).")
     owners: Owners | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
 
     @field_validator("harbor_repo", "consumer_repo")
@@ -372,7 +374,7 @@ class JovianSection(_Table):
     def _image_tag(cls, value: str) -> str:
         _placeholders(value, {"rev"})
         # A rev is a plain name (names.check_name), so any tag that is valid for one is valid for all.
-        check_local_image_tag("image_tag", value.replace("{rev}", "r35"))
+        check_local_image_tag("image_tag", value.replace("{rev}", "r35"), shown=f"{value!r} (for rev r35)")
         return value
 
 
@@ -615,7 +617,9 @@ def _line(text: str, loc: tuple[str, ...]) -> int | None:
 
 
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelt key is both unknown and (as the key it should be) missing: name the one in the file.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     raw = list(err["loc"])
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, KeyRefused):  # a rule over several keys names the key to fix
@@ -637,7 +641,12 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     line = _line(text, loc) or 1
     dotted = f"{_table_name(table)} {key}" if table else f"[{key}]" if err["type"] == "missing" else str(key)
     if err["type"] == "extra_forbidden":
-        hint = " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
+        close = difflib.get_close_matches(str(key), missing, n=1)
+        hint = (
+            f" (did you mean {close[0]}?)" if close
+            else " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
+        )
         if key and _SECRETISH.search(key):
             hint = f" (secrets are never stored in the site file: put the NAME of an environment variable in {key}_env)"
         return FileFormatError(path, line, f"{dotted}: unknown key{hint}")
@@ -649,15 +658,6 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     says_value = isinstance(cause, NameRefused | KeyRefused)
     shown = "" if secretish or says_value else f" (got {redact(repr(value))})"
     return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
-
-
-def _shown_line(text: str, line: int | None) -> str:
-    """The line a syntax error is on, so the person sees the value; never one whose key says secret."""
-    lines = text.splitlines()
-    if not line or line > len(lines):
-        return ""
-    shown = lines[line - 1].strip()
-    return "" if _SECRETISH.search(shown.split("=", 1)[0]) else f" in {shown[:200]!r}"
 
 
 def load_site(path: Path | str | None = None) -> SiteConfig:
@@ -676,10 +676,7 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise FileFormatError(site_path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
-    try:
-        data = load_toml(site_path, text)
-    except FileFormatError as exc:
-        raise FileFormatError(site_path, exc.line, exc.message + _shown_line(text, exc.line)) from None
+    data = load_toml(site_path, text)
     try:
         config = SiteConfig.model_validate(data)
     except ValidationError as exc:

@@ -95,8 +95,10 @@ def check_oci_tag(kind: str, value: str) -> str:
     return value
 
 
-def check_local_image_tag(kind: str, value: str) -> str:
-    """A `docker build -t` name: `[host[:port]/]name[:tag]`, as docker's reference grammar reads it."""
+def check_local_image_tag(kind: str, value: str, shown: str | None = None) -> str:
+    """A `docker build -t` name: `[host[:port]/]name[:tag]`, as docker's reference grammar reads it.
+    `shown`: what the message calls the value (the template a person wrote, not its rendering)."""
+    said = f"{kind} {shown or repr(value)}"
     name, _, tag = value.rpartition(":") if ":" in value.rsplit("/", 1)[-1] else (value, "", "")
     first, _, rest = name.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
@@ -109,9 +111,9 @@ def check_local_image_tag(kind: str, value: str) -> str:
         if tag:
             check_tag(tag)
     except RegistryError as exc:
-        raise NameRefused(f"{kind} {value!r} is not a docker image name: {exc}") from None
+        raise NameRefused(f"{said} is not a docker image name: {exc}") from None
     if not host_ok:
-        raise NameRefused(f"{kind} {value!r} starts with {first!r}, which is not a registry host[:port]")
+        raise NameRefused(f"{said} starts with {first!r}, which is not a registry host[:port]")
     return value
 
 
