@@ -216,7 +216,8 @@ def main() -> None:
         layers = [d.digest for d in image.layers]
         image_bytes = sum(d.size for d in image.layers)
         deciding = sum(d.size for d in image.layers[1:])  # the pip layer and everything above it
-        tpu = TpuSection(harbor_repo="-", harbor_branch="main", consumer_repo="-", consumer_branch="main",
+        tpu = TpuSection(harbor_repo="https://example.invalid/harbor.git", harbor_branch="main",
+                         consumer_repo="https://example.invalid/consumer.git", consumer_branch="main",
                          image=f"{server.host}/{REPO}", site_packages="/" + SP, probes=PROBES)
         built = BuiltImage(consumer_commit="c" * 40, gitsha="0123abc", ref=f"{server.host}/{REPO}:{TAG}",
                            digest=digest, lock_pin=HarborPin(commit=COMMIT, version="0.4.2"),

@@ -20,7 +20,7 @@ from jovian_assets.node_assets import (
     node_pool,
 )
 from jovian_assets.partitions import lab_revs
-from resources.git import GitRemotes
+from resources.git import git_for
 from resources.site import (
     SiteConfig,
     location_owners,
@@ -47,7 +47,7 @@ def jovian_resources(site: SiteConfig | None) -> dict[str, object]:
     """The outside systems, built from the site file the location loaded (secrets as dg.EnvVar)."""
     return {
         "site": site_resource(site),
-        "git": GitRemotes(),
+        "git": git_for(site),
         "spark": spark_for(site, env_vars=True) if site and site.spark else needs_site("spark"),
     }
 

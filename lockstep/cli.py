@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -100,9 +101,24 @@ def sandbox_iris_contract(root: Path, contract: str) -> None:
 # -- images ---------------------------------------------------------------------------------------
 
 
+_SHA_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 @main.group()
 def image() -> None:
     """Look inside pushed images: REF is host[:port]/name:tag or host[:port]/name@sha256:..."""
+
+
+def _image_ref(ref: str):  # type: ignore[no-untyped-def]
+    """REF parsed by the registry's own name rules, before the site is read or anything is asked."""
+    from resources.registry import ImageRef
+    from resources.site_rules import check_host_port
+
+    parsed = _guard(lambda: ImageRef.parse(ref))
+    if not check_host_port(parsed.registry):
+        raise click.BadParameter(f"{ref!r}: {parsed.registry!r} is not a registry host[:port]", param_hint="REF")
+    return parsed
 
 
 def _registry_and_ref(ref: str):  # type: ignore[no-untyped-def]
@@ -111,7 +127,7 @@ def _registry_and_ref(ref: str):  # type: ignore[no-untyped-def]
     from resources.registry import HttpRegistry, ImageRef, registry_for
     from resources.site import load_site
 
-    parsed = ImageRef.parse(ref)
+    parsed = _image_ref(ref)
     try:
         site = load_site()
     except LockstepError:
@@ -138,6 +154,8 @@ def image_digest(ref: str) -> None:
 @click.argument("path")
 def image_cat(ref: str, path: str) -> None:
     """Print PATH as installed in the image (read from the top layer down, never from a build log)."""
+    if not path or _CONTROL.search(path):
+        raise click.BadParameter(f"{path!r} is not a file path (empty, or holds a control character)", param_hint="PATH")
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
     read = _guard(lambda: registry.read_file(repository=parsed.repository, reference=parsed.reference, path=path))
     if read is None:
@@ -155,8 +173,12 @@ def image_probes(ref: str) -> None:
     from tpu_assets.inspection import run_probes
 
     registry, parsed, site = _guard(lambda: _registry_and_ref(ref))
-    tpu = site.tpu if site else TpuSection(harbor_repo="-", harbor_branch="main", consumer_repo="-",
-                                           consumer_branch="main", image=ref)
+    # No site: the default probes; the repository keys are required but not read by a probe.
+    tpu = site.tpu if site else TpuSection(
+        harbor_repo="https://example.invalid/harbor.git", harbor_branch="main",
+        consumer_repo="https://example.invalid/consumer.git", consumer_branch="main",
+        image=f"{parsed.registry}/{parsed.repository}",
+    )
     finding = _guard(lambda: run_probes(registry, repository=parsed.repository, reference=parsed.reference, tpu=tpu))
     for where, lines in finding.facts.items():
         click.echo(f"--- {where}\n{lines}")
@@ -178,8 +200,14 @@ def rollback() -> None:
 def rollback_plan(must_contain: str, build: str) -> None:
     """Print which build a rollback would move the floating tag to, and why each other one is refused.
     Changes nothing. Exit 0 when there is a target, 1 when there is none."""
+    # Both are commit shas (or their prefixes): checked before the site, the registry or git is read.
+    for option, value in (("--must-contain", must_contain), ("--build", build)):
+        if value and not _SHA_PREFIX.match(value):
+            raise click.BadParameter(
+                f"{value!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)", param_hint=option
+            )
 
-    from resources.git import GitRemotes
+    from resources.git import git_for
     from resources.registry import registry_for
     from resources.site import load_site
     from tpu_assets.promotion import plan_for
@@ -187,7 +215,7 @@ def rollback_plan(must_contain: str, build: str) -> None:
     def plan():  # type: ignore[no-untyped-def]
         site = load_site()
         with _instance() as instance:
-            return plan_for(site, instance, GitRemotes(), registry_for(site), must_contain=must_contain, build=build)
+            return plan_for(site, instance, git_for(site), registry_for(site), must_contain=must_contain, build=build)
 
     result = _guard(plan)
     click.echo(result.explain())

@@ -2,6 +2,12 @@
 
 One bare mirror per remote URL under a shared cache directory is reused across runs, so a fetch
 only moves new objects. Pushes are fast-forward only: lockstep never force-pushes.
+
+URLs, branches and tags reach this module from other people's files (a lab's lock, a vLLM tree's
+cmake files, the site), so git gets them as data: each is checked (resources/names.py) before any
+process starts, a `--` ends the options before every positional URL or path, and every git process
+runs with GIT_ALLOW_PROTOCOL set to the site's schemes and `protocol.ext.allow=never`, which also
+holds for submodules and redirects that lockstep never sees.
 """
 
 from __future__ import annotations
@@ -17,13 +23,26 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import git
 from pydantic import BaseModel, Field
 
 from resources.errors import LockstepError
+from resources.names import (
+    DEFAULT_SCHEMES,
+    KNOWN_SCHEMES,
+    NameRefused,
+    PathEscape,
+    check_ref,
+    check_url,
+    under,
+)
 from resources.secrets import redact
+
+if TYPE_CHECKING:
+    from resources.site import SiteConfig
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -38,6 +57,10 @@ _GIT_ENV = {
 
 class GitError(LockstepError):
     """A git command failed; the message carries the redacted command and git's own words."""
+
+
+class GitInputRefused(GitError):
+    """A URL, ref or path handed to GitRemotes broke its rule; no git process was started."""
 
 
 class RemoteUnreachable(GitError):
@@ -83,6 +106,19 @@ class GitRemotes(dg.ConfigurableResource):
 
     cache_dir: str = Field(default="", description="Mirror cache; empty: $LOCKSTEP_CACHE/git or ~/.cache/lockstep/git.")
     timeout_s: float = Field(default=300.0, gt=0, description="Every git call is killed after this.")
+    url_schemes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SCHEMES),
+        description="Transports git may use ([site] url_schemes): every URL is checked, and GIT_ALLOW_PROTOCOL set.",
+    )
+
+    # -- what goes in ---------------------------------------------------------------------------
+
+    def _url(self, url: str) -> str:
+        schemes = [s for s in self.url_schemes if s in KNOWN_SCHEMES]
+        try:
+            return check_url("repository URL", url, schemes)
+        except NameRefused as exc:
+            raise GitInputRefused(redact(f"{exc}: no git command was run")) from None
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -95,11 +131,12 @@ class GitRemotes(dg.ConfigurableResource):
 
     def _git(self, args: Sequence[str], cwd: Path | None = None, *, url: str | None = None) -> str:
         cmd = git.cmd.Git(str(cwd) if cwd else None)
+        allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
         try:
             return cmd.execute(
-                ["git", *args],
+                ["git", "-c", "protocol.ext.allow=never", *args],
                 kill_after_timeout=self.timeout_s,
-                env={**os.environ, **_GIT_ENV},
+                env={**os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed},
                 strip_newline_in_stdout=True,
             )
         except git.GitCommandError as exc:
@@ -125,7 +162,8 @@ class GitRemotes(dg.ConfigurableResource):
 
     def ls_remote(self, *, url: str, branch: str) -> str | None:
         """The sha at the tip of `branch` on `url`, or None when the branch does not exist."""
-        out = self._git(["ls-remote", "--heads", url, f"refs/heads/{branch}"], url=url)
+        url, branch = self._url(url), _ref("branch", branch)
+        out = self._git(["ls-remote", "--heads", "--", url, f"refs/heads/{branch}"], url=url)
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref == f"refs/heads/{branch}":
@@ -134,7 +172,8 @@ class GitRemotes(dg.ConfigurableResource):
 
     def ls_remote_heads(self, *, url: str, pattern: str = "*") -> dict[str, str]:
         """Branch name -> tip sha for every branch of `url` whose name matches the glob `pattern`."""
-        out = self._git(["ls-remote", "--heads", url], url=url)
+        url = self._url(url)
+        out = self._git(["ls-remote", "--heads", "--", url], url=url)
         heads = {}
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
@@ -145,7 +184,8 @@ class GitRemotes(dg.ConfigurableResource):
 
     def ls_remote_tag(self, *, url: str, tag: str) -> str | None:
         """The commit a tag names on `url` (annotated tags peeled), or None."""
-        out = self._git(["ls-remote", "--tags", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url=url)
+        url, tag = self._url(url), _ref("tag", tag)
+        out = self._git(["ls-remote", "--tags", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url=url)
         found: dict[str, str] = {}
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
@@ -160,9 +200,11 @@ class GitRemotes(dg.ConfigurableResource):
         `shas` are fetched exactly (shallow when `depth` is given) and kept under
         ``refs/lockstep/keep/<sha>``; `branches` land under ``refs/lockstep/heads/<branch>``.
         """
+        url = self._url(url)
         for sha in shas:
-            if not SHA_RE.match(sha):
-                raise GitError(f"{sha!r} is not a full 40-hex commit sha")
+            _sha(sha)
+        for branch in branches:
+            _ref("branch", branch)
         with self._locked_mirror(url) as repo:
             mirror = Path(repo.git_dir)
             missing = [s for s in shas if not _has_commit(repo, s) or (depth is None and _is_shallow(repo))]
@@ -176,7 +218,7 @@ class GitRemotes(dg.ConfigurableResource):
                 args.append(f"--depth={depth}")
             elif _is_shallow(repo):
                 args.append("--unshallow")
-            self._git([*args, url, *refspecs], mirror, url=url)
+            self._git([*args, "--", url, *refspecs], mirror, url=url)
             return mirror
 
     def is_ancestor(self, *, url: str, ancestor: str, descendant: str) -> bool:
@@ -233,19 +275,33 @@ class GitRemotes(dg.ConfigurableResource):
     def materialize(self, *, url: str, sha: str, dest: Path) -> Path:
         """A persistent detached checkout of `sha` at `dest` (replacing what was there), sharing the
         mirror's objects. Its `.git` is a file pointing into the mirror, as for any worktree."""
+        dest = self._in_trees(dest)  # before anything is fetched, let alone removed
         mirror = self.fetch(url=url, shas=[sha], depth=1)
         if dest.exists():
             shutil.rmtree(dest)
         self._git(["worktree", "prune"], mirror)  # forget a checkout that was there before
         dest.parent.mkdir(parents=True, exist_ok=True)
-        self._git(["worktree", "add", "--quiet", "--detach", "--force", str(dest), sha], mirror)
+        self._git(["worktree", "add", "--quiet", "--detach", "--force", "--", str(dest), sha], mirror)
         return dest
+
+    def _in_trees(self, dest: Path) -> Path:
+        """`dest` resolved, refused unless strictly inside trees_dir(): materialize removes what is there."""
+        root = self.trees_dir()
+        try:
+            relative = Path(os.path.abspath(dest)).relative_to(os.path.abspath(root))
+        except ValueError:
+            raise GitInputRefused(f"checkout {str(dest)!r} is not under {root}: refused, nothing removed") from None
+        try:
+            return under(root, *relative.parts)
+        except PathEscape as exc:
+            raise GitInputRefused(f"checkout {str(dest)!r}: {exc}") from None
 
     def resolve_commit(self, *, url: str, rev: str, branch: str) -> str:
         """The full sha of `rev` (a short sha, say) among the commits of `branch` on `url`."""
+        _ref("revision", rev)
         mirror = self.fetch(url=url, branches=[branch])
         try:
-            return self._git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], mirror)
+            return self._git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], mirror)
         except GitError:
             raise GitError(f"{rev!r} is not a commit of {branch} on {redact(url)}") from None
 
@@ -268,9 +324,7 @@ class GitRemotes(dg.ConfigurableResource):
         """``git rev-parse --short <sha>`` with `branch`'s full history in the mirror: git's own length
         rule (7 or more hex, longer as the repository grows or where 7 would be ambiguous), as a
         person's clone prints it (the runbook's GITSHA)."""
-        if not SHA_RE.match(sha):
-            raise GitError(f"{sha!r} is not a full 40-hex commit sha")
-        mirror = self.fetch(url=url, shas=[sha], branches=[branch])
+        mirror = self.fetch(url=url, shas=[_sha(sha)], branches=[branch])
         return self._git(["rev-parse", "--short", sha], mirror)
 
     def show_file(self, *, url: str, sha: str, path: str) -> str | None:
@@ -288,6 +342,7 @@ class GitRemotes(dg.ConfigurableResource):
         """A temporary worktree of `branch` (at its current tip) or of an exact `sha`, removed after use."""
         if (branch is None) == (sha is None):
             raise ValueError("checkout needs exactly one of branch= or sha=")
+        url = self._url(url)
         if branch is not None:
             tip = self.ls_remote(url=url, branch=branch)
             if tip is None:
@@ -302,11 +357,11 @@ class GitRemotes(dg.ConfigurableResource):
             path = Path(tmp) / "checkout"
             # A detached worktree of the mirror shares its object store (shallow or not): a checkout
             # costs only its files, and concurrent runs never fight over a branch ref.
-            self._git(["worktree", "add", "--quiet", "--detach", str(path), base], mirror)
+            self._git(["worktree", "add", "--quiet", "--detach", "--", str(path), base], mirror)
             try:
                 yield Worktree(path=path, url=url, branch=branch or "", base_sha=base)
             finally:
-                self._git(["worktree", "remove", "--force", str(path)], mirror)
+                self._git(["worktree", "remove", "--force", "--", str(path)], mirror)
 
     def commit_all(self, *, worktree: Worktree, message: str, author: str, paths: Sequence[str]) -> str:
         """Commit the given paths in `worktree` as `author` ("Name <email>"); returns the new sha."""
@@ -323,6 +378,8 @@ class GitRemotes(dg.ConfigurableResource):
         is pushed and NonFastForward says so. The push itself is a plain (non-force) push, so the
         remote refuses anything else too. Returns the pushed sha, confirmed by a second ls-remote.
         """
+        url, branch = self._url(worktree.url), _ref("branch", worktree.branch)
+        _sha(worktree.base_sha)
         head = self._git(["rev-parse", "HEAD"], worktree.path)
         try:
             self._git(["merge-base", "--is-ancestor", worktree.base_sha, head], worktree.path)
@@ -339,8 +396,8 @@ class GitRemotes(dg.ConfigurableResource):
                 "nothing was pushed; run again to redo the work on the new tip"
             )
         try:
-            self._git(["push", "--quiet", "--porcelain", worktree.url, f"HEAD:refs/heads/{worktree.branch}"],
-                      worktree.path, url=worktree.url)
+            self._git(["push", "--quiet", "--porcelain", "--", url, f"HEAD:refs/heads/{branch}"],
+                      worktree.path, url=url)
         except RemoteUnreachable:
             raise
         except GitError as exc:
@@ -351,6 +408,25 @@ class GitRemotes(dg.ConfigurableResource):
                 f"pushed {head[:8]} to {worktree.branch} but the remote now says {(after or 'nothing')[:8]}"
             )
         return head
+
+
+def _ref(kind: str, name: str) -> str:
+    try:
+        return check_ref(kind, name)
+    except NameRefused as exc:
+        raise GitInputRefused(f"{exc}: no git command was run") from None
+
+
+def _sha(sha: str) -> str:
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        raise GitInputRefused(f"{sha!r} is not a full 40-hex commit sha: no git command was run")
+    return sha
+
+
+def git_for(site: SiteConfig | None, **fields: object) -> GitRemotes:
+    """The git resource of a code location: the site's URL schemes (the defaults without a site)."""
+    schemes = list(site.site.url_schemes) if site is not None else list(DEFAULT_SCHEMES)
+    return GitRemotes(url_schemes=schemes, **fields)  # type: ignore[arg-type]
 
 
 def glob_match(pattern: str, path: str) -> bool:

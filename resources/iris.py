@@ -38,6 +38,7 @@ from resources.iris_output import (
     IRIS_NAME,
     TERMINAL,
     IrisError,
+    IrisUnreadable,
     JobState,
     JobSummary,
     ListedJob,
@@ -528,8 +529,8 @@ class IrisCli(dg.ConfigurableResource):
             try:
                 now = self.describe(job_id=job_id)
                 failures = 0
-            except (ClientTooOld, MissingCapability):
-                raise
+            except (ClientTooOld, MissingCapability, IrisUnreadable):
+                raise  # an unknown state or a garbled field reads the same on every poll
             except IrisError as exc:
                 if _USAGE.search(str(exc)):
                     raise  # a usage error is never transient

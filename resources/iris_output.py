@@ -45,6 +45,11 @@ class IrisError(LockstepError):
     """The iris CLI failed or answered something lockstep cannot read; secrets are redacted."""
 
 
+class IrisUnreadable(IrisError):
+    """iris answered, but a field of its answer is not what any iris version prints: the message names
+    the field (a JSON path, or the text line) and the value. Asking again gets the same answer."""
+
+
 class JobState(StrEnum):
     PENDING = "pending"
     BUILDING = "building"
@@ -67,15 +72,17 @@ class JobState(StrEnum):
         which is not an end. Anything else unknown is an IrisError that shows the value iris printed:
         guessing a state could turn a failure into a success.
         """
-        text = re.sub(r"[\s-]+", "_", str(value).strip()).lower().removeprefix("job_state_")
+        if not isinstance(value, str):
+            raise IrisUnreadable(f"iris reported unknown state {value!r} ({type(value).__name__}, not a state name)")
+        text = re.sub(r"[\s-]+", "_", value.strip()).lower().removeprefix("job_state_")
         if text in ("", "unspecified"):
             return cls.PENDING
         try:
             return cls(text)
         except ValueError:
             known = ", ".join(s.value for s in cls)
-            raise IrisError(
-                f"iris reported job state {str(value)!r}, which lockstep does not know (known: {known}); "
+            raise IrisUnreadable(
+                f"iris reported unknown state {value!r}, which lockstep does not know (known: {known}); "
                 "the iris CLI may be newer than lockstep: check ../shared/contracts/iris.md"
             ) from None
 
@@ -161,9 +168,9 @@ def help_options(text: str) -> frozenset[str]:
 
 # -- job state -------------------------------------------------------------------------------------
 
-_STATE_LINE = re.compile(
-    r"^State:\s*(?P<state>\S+)\s+exit=(?P<exit>-?\d+)(?:\s+failures=(?P<failures>\d+))?(?:\s+preemptions=(?P<pre>\d+))?"
-)
+_STATE_LINE = re.compile(r"^State:\s*(?P<state>\S+)(?P<fields>.*)$")
+_STATE_FIELD = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>\S*)$")
+_STATE_INTS = {"exit": r"-?\d+", "failures": r"\d+", "preemptions": r"\d+"}
 _DIAGNOSTIC_HEADERS = ("DIAGNOSTIC", "ERROR")
 
 
@@ -188,7 +195,11 @@ def parse_state_text(text: str, *, job_id: str, secrets: Iterable[str] = ()) -> 
         raise IrisError(f"iris printed no `State: ...` line for {job_id}:\n{redact(text, secrets)[:2000]}")
     m = _STATE_LINE.match(lines[state_at].strip())
     assert m is not None
-    state = JobState.parse(m["state"])
+    fields = _state_fields(state_at + 1, lines[state_at].strip(), m["fields"], job_id, secrets)
+    try:
+        state = JobState.parse(m["state"])
+    except IrisUnreadable as exc:
+        raise IrisUnreadable(f"{exc} (line {state_at + 1} for {job_id}: {redact(lines[state_at].strip(), secrets)!r})") from None
     head_end = next((i for i in range(state_at + 1, len(lines)) if not lines[i].strip()), len(lines))
     error: list[str] = []
     for line in lines[state_at + 1:head_end]:
@@ -200,11 +211,29 @@ def parse_state_text(text: str, *, job_id: str, secrets: Iterable[str] = ()) -> 
     tasks = _task_rows(lines[table_at:]) if table_at is not None else []
     message = "\n".join(error).strip()
     return JobSummary(
-        job_id=job_id, state=state, exit_code=_believed_exit(state, m["exit"], tasks),
+        job_id=job_id, state=state, exit_code=_believed_exit(state, fields["exit"], tasks),
         error=redact(message, secrets) or None,
-        failures=int(m["failures"] or 0), preemptions=int(m["pre"] or 0),
+        failures=int(fields.get("failures") or 0), preemptions=int(fields.get("preemptions") or 0),
         tasks=[t.model_copy(update={"diagnostic": redact(t.diagnostic, secrets)}) for t in tasks],
     )
+
+
+def _state_fields(number: int, line: str, text: str, job_id: str, secrets: Iterable[str]) -> dict[str, str]:
+    """`exit=<int>  failures=<int>  preemptions=<int>` after the state; each one an integer."""
+    fields: dict[str, str] = {}
+    for word in text.split():
+        f = _STATE_FIELD.match(word)
+        if f is None or f["key"] not in _STATE_INTS:
+            continue  # a field a newer iris adds is not ours to judge
+        if not re.fullmatch(_STATE_INTS[f["key"]], f["value"]):
+            raise IrisUnreadable(
+                f"iris printed {f['key']}={f['value']!r} for {job_id}, not an integer "
+                f"(line {number}: {redact(line, secrets)!r})"
+            )
+        fields[f["key"]] = f["value"]
+    if "exit" not in fields:
+        raise IrisUnreadable(f"iris printed a State line without exit=<int> for {job_id} (line {number}: {redact(line, secrets)!r})")
+    return fields
 
 
 def _is_header(line: str) -> bool:
@@ -237,25 +266,46 @@ def _task_rows(lines: list[str]) -> list[TaskRow]:
 def parse_state_json(data: object, *, job_id: str, secrets: Iterable[str] = ()) -> JobSummary:
     """`job summary ID --json` (2026-04..07) as a JobSummary."""
     if not isinstance(data, dict):
-        raise IrisError(f"iris answered {type(data).__name__} for job {job_id}, expected a JSON object")
-    state = JobState.parse(data.get("state") or "")
-    tasks = [
-        TaskRow(index=str(t.get("index", "?")), state=str(t.get("state", "")),
-                exit_code=t.get("exit_code") if isinstance(t.get("exit_code"), int) else None,
-                diagnostic=redact(str(t.get("error") or ""), secrets))
-        for t in data.get("tasks") or [] if isinstance(t, dict)
-    ]  # fmt: skip
+        raise IrisUnreadable(f"iris answered {type(data).__name__} for job {job_id} ($), expected a JSON object")
+    state_value = data.get("state")
     try:
-        exit_code = _believed_exit(state, data.get("exit_code"), tasks)
-    except (TypeError, ValueError):
-        raise IrisError(f"iris reported exit_code {data.get('exit_code')!r} for {job_id}, not an integer") from None
+        state = JobState.parse("" if state_value is None else state_value)
+    except IrisUnreadable as exc:
+        raise IrisUnreadable(f"{exc} ($.state for {job_id})") from None
+    raw_tasks = data.get("tasks")
+    if raw_tasks is not None and not isinstance(raw_tasks, list):
+        raise IrisUnreadable(f"iris reported $.tasks {_shown(raw_tasks, secrets)} for {job_id}, not a list")
+    tasks = []
+    for i, t in enumerate(raw_tasks or []):
+        if not isinstance(t, dict):
+            raise IrisUnreadable(f"iris reported $.tasks[{i}] {_shown(t, secrets)} for {job_id}, not an object")
+        tasks.append(TaskRow(index=str(t.get("index", "?")), state=str(t.get("state", "")),
+                             exit_code=_json_int(t, "exit_code", f"$.tasks[{i}].exit_code", job_id, secrets),
+                             diagnostic=redact(str(t.get("error") or ""), secrets)))  # fmt: skip
+    exit_raw = _json_int(data, "exit_code", "$.exit_code", job_id, secrets)
     error = data.get("error") or ""
     return JobSummary(
-        job_id=str(data.get("job_id") or job_id), state=state, exit_code=exit_code,
+        job_id=str(data.get("job_id") or job_id), state=state, exit_code=_believed_exit(state, exit_raw, tasks),
         error=redact(str(error), secrets) or None,
-        failures=int(data.get("failure_count") or 0), preemptions=int(data.get("preemption_count") or 0),
+        failures=_json_int(data, "failure_count", "$.failure_count", job_id, secrets) or 0,
+        preemptions=_json_int(data, "preemption_count", "$.preemption_count", job_id, secrets) or 0,
         tasks=tasks,
     )
+
+
+def _shown(value: object, secrets: Iterable[str]) -> str:
+    return redact(repr(value), secrets)[:200]
+
+
+def _json_int(obj: dict[str, Any], key: str, where: str, job_id: str, secrets: Iterable[str]) -> int | None:
+    """An integer field of iris's JSON (absent or null: None). A bool or a string is refused, not guessed."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        # `where` ends in the key: the message reads "... $.exit_code 'abc' ...".
+        raise IrisUnreadable(f"iris reported {where} {_shown(value, secrets)} for {job_id}: not an integer")
+    return value
 
 
 def parse_state_output(stdout: str, *, job_id: str, json_output: bool, secrets: Iterable[str] = ()) -> JobSummary:

@@ -104,6 +104,10 @@ def check_url(kind: str, value: object, schemes: Collection[str] = KNOWN_SCHEMES
     if "::" in text.split("/", 1)[0]:
         raise NameRefused(f"{kind} {text!r} names a git remote helper ('<transport>::'), which may run commands")
     scheme = url_scheme(text)
+    authority = text.split("://", 1)[1].split("/", 1)[0] if "://" in text else ""
+    if any(part.startswith("-") for part in authority.split("@")):
+        # ssh would read `ssh://-oProxyCommand=...` (or a user so named) as its own option.
+        raise NameRefused(f"{kind} {text!r}: its user or host starts with '-', which ssh would read as an option")
     if scheme is None:
         raise NameRefused(
             f"{kind} {text!r} is not a URL: use <scheme>://host/path or git@host:path "

@@ -7,6 +7,7 @@ and the values are read when needed, never written back or logged.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -23,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -30,14 +32,35 @@ from pydantic import (
 
 from resources.errors import FileFormatError, LockstepError
 from resources.iris_output import IRIS_NAME
-from resources.tomlfile import key_line, load_toml
+from resources.names import (
+    DEFAULT_SCHEMES,
+    KNOWN_SCHEMES,
+    NameRefused,
+    check_name,
+    check_ref,
+    check_relative_path,
+    check_url,
+    url_scheme,
+)
+from resources.secrets import redact
+from resources.site_rules import (
+    KeyRefused,
+    check_env_key,
+    check_host,
+    check_image_repository,
+    check_local_image_tag,
+    check_oci_tag,
+    check_size,
+    check_user,
+)
+from resources.tomlfile import SECRET_KEY, key_line, load_toml
 
 DEFAULT_SITE = Path(".sandbox") / "site.toml"
 SITE_ENV = "LOCKSTEP_SITE"
 
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # A key whose name says it holds a credential: its value must live in the environment.
-_SECRETISH = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
+_SECRETISH = SECRET_KEY
 
 
 class _Table(BaseModel):
@@ -65,6 +88,12 @@ def _check_owners(value: list[str]) -> list[str]:
 Owners = Annotated[list[str], AfterValidator(_check_owners)]
 
 
+def _repo_url(value: str) -> str:
+    """A repository URL's shape (never an option, a remote helper or a bare path); whether its scheme
+    is one this site allows is SiteConfig's check, which sees [site] url_schemes."""
+    return check_url("repository URL", value, KNOWN_SCHEMES)
+
+
 class SiteSection(_Table):
     """``[site]``: who this site is and who owns what lockstep makes."""
 
@@ -76,6 +105,23 @@ class SiteSection(_Table):
     owners: Owners = Field(
         default_factory=list, description="Owners of every asset: emails or 'team:<name>' (as Dagster requires)."
     )
+    url_schemes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SCHEMES),
+        description="Transports every repository URL may use (git@host:path is ssh); the sandbox adds 'file'.",
+    )
+
+    @field_validator("url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        # ext:: and fd:: are not transports a site can opt into: they run commands or read descriptors.
+        if unknown := [s for s in value if s not in KNOWN_SCHEMES]:
+            raise ValueError(
+                f"{', '.join(repr(s) for s in unknown)} is not a scheme lockstep lets git use "
+                f"(known: {', '.join(sorted(KNOWN_SCHEMES))})"
+            )
+        if not value:
+            raise ValueError("allows no scheme: no repository URL could load (the default is https, ssh)")
+        return value
 
     @field_validator("commit_author")
     @classmethod
@@ -158,13 +204,26 @@ class IrisSection(_Table):
             raise ValueError("must be an iris user name (letters, digits, '.', '_', '@', '-'), e.g. benjaminfeuer")
         return value
 
+    @field_validator("memory", "disk")
+    @classmethod
+    def _size(cls, value: str, info: Any) -> str:
+        return check_size(info.field_name, value)
+
+    @field_validator("controller_url")
+    @classmethod
+    def _controller(cls, value: str | None) -> str | None:
+        return None if value is None else check_url("controller URL", value, {"http", "https"})
+
     @model_validator(mode="after")
     def _one_target(self) -> IrisSection:
         given = [k for k in ("cluster", "config", "controller_url") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"set exactly one of cluster, config, controller_url (got {', '.join(given) or 'none'})")
+            where: tuple[str, ...] = (given[1],) if given else ()
+            raise KeyRefused(where, f"set exactly one of cluster, config, controller_url (got {', '.join(given) or 'none'})")
         if self.poll_min_s > self.poll_max_s:
-            raise ValueError(f"poll_min_s ({self.poll_min_s:g}) must not exceed poll_max_s ({self.poll_max_s:g})")
+            raise KeyRefused(
+                ("poll_min_s",), f"poll_min_s ({self.poll_min_s:g}) must not exceed poll_max_s ({self.poll_max_s:g})"
+            )
         return self
 
 
@@ -192,18 +251,41 @@ class TpuSection(_Table):
     probes: list[Probe] = Field(default_factory=lambda: [HARBOR_GUARD_PROBE])
     min_layers: int = Field(default=2, ge=1, description="One giant layer is not pullable over ghcr egress.")
     max_layer_bytes: int = Field(default=8 * 1024**3, gt=0)
-    rebuild_on_lock_change: bool = Field(
+    rebuild_on_lock_change: StrictBool = Field(
         default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
     )
-    auto_promote: bool = Field(default=False, description="Promote each newly verified build (never while on hold).")
+    auto_promote: StrictBool = Field(default=False, description="Promote each newly verified build (never while on hold).")
     owners: Owners | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
+
+    @field_validator("harbor_repo", "consumer_repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        return _repo_url(value)
 
     @field_validator("harbor_branch", "consumer_branch")
     @classmethod
-    def _branch_name(cls, value: str) -> str:
-        if value.startswith("refs/") or not value or re.search(r"\s|\.\.|[~^:?*\[\\]", value):
-            raise ValueError("must be a plain branch name such as 'penfever/working'")
-        return value
+    def _branch(cls, value: str) -> str:
+        return check_ref("branch", value)
+
+    @field_validator("dockerfile", "build_script")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return check_relative_path("path", value)
+
+    @field_validator("harbor_package")
+    @classmethod
+    def _package(cls, value: str) -> str:
+        return check_name("package name", value)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return check_image_repository("image", value)
+
+    @field_validator("floating_tag")
+    @classmethod
+    def _floating_tag(cls, value: str) -> str:
+        return check_oci_tag("floating tag", value)
 
 
 DEFAULT_VERSIONS_KEYS = {
@@ -251,10 +333,49 @@ class JovianSection(_Table):
     lane: LaneSection | None = None
     owners: Owners | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
 
+    @field_validator("lab_repo", "build_repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        return _repo_url(value)
+
     @field_validator("lab_branch", "build_branch")
     @classmethod
     def _branch(cls, value: str) -> str:
-        return TpuSection._branch_name(value)
+        return check_ref("branch", value)
+
+    @field_validator("build_dir")
+    @classmethod
+    def _build_dir(cls, value: str) -> str:
+        return check_relative_path("build_dir", value)
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, value: list[str]) -> list[str]:
+        return [check_name("package name", p) for p in value]
+
+    @field_validator("cmake_package")
+    @classmethod
+    def _cmake_package(cls, value: str) -> str:
+        return check_name("package name", value)
+
+    @field_validator("build_node")
+    @classmethod
+    def _build_node(cls, value: str | None) -> str | None:
+        return None if value is None else check_name("node name", value)
+
+    @field_validator("versions_keys", "repository_keys")
+    @classmethod
+    def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        # The values become `KEY=...` lines of versions.env and of every profile lockstep writes.
+        return {k: check_env_key("versions.env key", v) for k, v in value.items()}
+
+    @field_validator("image_tag")
+    @classmethod
+    def _image_tag(cls, value: str) -> str:
+        _placeholders(value, {"rev"})
+        # A rev is a plain name (names.check_name), so any tag that is valid for one is valid for all.
+        check_local_image_tag("image_tag", value.replace("{rev}", "r35"), shown=f"{value!r} (for rev r35)")
+        return value
 
 
 class SparkNode(_Table):
@@ -265,9 +386,32 @@ class SparkNode(_Table):
     transport: Literal["ssh", "local"] = "ssh"
     host: str = ""
     port: int = Field(default=22, gt=0, lt=65536)
-    user: str = ""
+    user: str = Field(default="", description="Login name; empty: the user lockstep runs as (as ssh does).")
     root: str = ""
     roles: list[Literal["build", "lane"]] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name("node name", value)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host("host", value) if value else value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        return check_user("user", value) if value else value
+
+    @model_validator(mode="after")
+    def _reachable(self) -> SparkNode:
+        if self.transport == "ssh" and not self.host:
+            raise KeyRefused(("host",), f"node {self.name!r} is an ssh node without a host: add host = \"<name or IP>\"")
+        if self.transport == "local" and not self.root:
+            raise KeyRefused(("root",), f"node {self.name!r} is a local node without a root directory: add root = \"...\"")
+        return self
 
 
 class SparkSection(_Table):
@@ -280,6 +424,15 @@ class SparkSection(_Table):
     connect_timeout_s: float = Field(default=15.0, gt=0)
     command_timeout_s: float = Field(default=600.0, gt=0)
     keepalive_s: int = Field(default=30, ge=0)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SparkSection:
+        seen: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            if node.name in seen:
+                raise KeyRefused(("nodes", i, "name"), f"node name {node.name!r} appears more than once: names must be unique")
+            seen.add(node.name)
+        return self
 
     def node(self, name: str) -> SparkNode:
         for n in self.nodes:
@@ -315,6 +468,16 @@ class LaneSection(_Table):
 
     name: str = "glm53-2x"
     nodes: list[str]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name("lane name", value)
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: list[str]) -> list[str]:
+        return [check_name("node name", n) for n in value]
     bench_quality: list[str] = Field(
         default_factory=lambda: ["tool-eval-bench", "--hardmode", "--seed", "42"], description="Quality run (fixed seed).")
     bench_perf: list[str] = Field(
@@ -376,6 +539,35 @@ class SiteConfig(_Table):
     _path: Path = PrivateAttr(default=Path("site.toml"))
     _digest: str = PrivateAttr(default="")
 
+    @model_validator(mode="after")
+    def _across_tables(self) -> SiteConfig:
+        allowed = self.site.url_schemes
+        for key, url in self.repository_urls().items():
+            if url_scheme(url) not in allowed:
+                raise KeyRefused(key, (
+                    f"repository URL {redact(url)!r} uses {url_scheme(url)!r}; this site allows "
+                    f"{', '.join(allowed)} ([site] url_schemes)"
+                ))
+        if self.jovian is not None:
+            have = [n.name for n in self.spark.nodes] if self.spark else []
+            named: list[tuple[tuple[str | int, ...], str]] = []
+            if self.jovian.build_node is not None:
+                named.append((("jovian", "build_node"), self.jovian.build_node))
+            if self.jovian.lane is not None:
+                named += [(("jovian", "lane", "nodes", i), n) for i, n in enumerate(self.jovian.lane.nodes)]
+            for key, name in named:
+                if name not in have:
+                    known = f"the [[spark.nodes]] are {', '.join(have)}" if have else "the site has no [[spark.nodes]]"
+                    raise KeyRefused(key, f"node {name!r} is not a [[spark.nodes]] name ({known})")
+        return self
+
+    def repository_urls(self) -> dict[tuple[str, ...], str]:
+        """Every repository URL the site names, by (table, key): what git may be asked to reach."""
+        urls = {("tpu", "harbor_repo"): self.tpu.harbor_repo, ("tpu", "consumer_repo"): self.tpu.consumer_repo}
+        if self.jovian is not None:
+            urls |= {("jovian", "lab_repo"): self.jovian.lab_repo, ("jovian", "build_repo"): self.jovian.build_repo}
+        return urls
+
     @property
     def path(self) -> Path:
         """The file this config was read from."""
@@ -414,30 +606,57 @@ def _table_name(table: tuple[str, ...]) -> str:
     return f"[{'.'.join(p for p in table if not p.isdigit())}]"
 
 
+def _line(text: str, loc: tuple[str, ...]) -> int | None:
+    """The line of the key at `loc`; failing that (an inline table, a dotted key), of the nearest
+    enclosing key or table header that is in the file."""
+    for n in range(len(loc), 0, -1):
+        table, key = loc[: n - 1], loc[n - 1]
+        if (line := key_line(text, table, key)) is not None:
+            return line
+    return None
+
+
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelt key is both unknown and (as the key it should be) missing: name the one in the file.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     raw = list(err["loc"])
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, KeyRefused):  # a rule over several keys names the key to fix
+        raw += list(cause.key)
     while len(raw) > 1 and isinstance(raw[-1], int):  # an item of a value list: point at the list's key
         raw.pop()
     loc = tuple(str(p) for p in raw)
-    if isinstance(err.get("input"), dict) and err["type"] not in ("missing", "extra_forbidden"):
+    msg = redact(err["msg"].removeprefix("Value error, "))
+    whole_table = (
+        not cause.key
+        if isinstance(cause, KeyRefused)
+        else isinstance(err.get("input"), dict) and err["type"] not in ("missing", "extra_forbidden")
+    )
+    if whole_table:
         # A rule over a whole table (a model validator): point at the table's header, not at a key.
-        msg = err["msg"].removeprefix("Value error, ")
-        return FileFormatError(path, key_line(text, loc), f"{_table_name(loc)}: {msg}")
+        return FileFormatError(path, _line(text, loc) or 1, f"{_table_name(loc) if loc else 'site file'}: {msg}")
     table, key = loc[:-1], loc[-1] if loc else None
-    line = key_line(text, table, key)
-    dotted = f"{_table_name(table)} {key}" if table else str(key)
+    # A key (or table) missing from a table that is not in the file either: the file as a whole, line 1.
+    line = _line(text, loc) or 1
+    dotted = f"{_table_name(table)} {key}" if table else f"[{key}]" if err["type"] == "missing" else str(key)
     if err["type"] == "extra_forbidden":
-        hint = " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
+        close = difflib.get_close_matches(str(key), missing, n=1)
+        hint = (
+            f" (did you mean {close[0]}?)" if close
+            else " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
+        )
         if key and _SECRETISH.search(key):
             hint = f" (secrets are never stored in the site file: put the NAME of an environment variable in {key}_env)"
         return FileFormatError(path, line, f"{dotted}: unknown key{hint}")
     if err["type"] == "missing":
-        return FileFormatError(path, line, f"{dotted}: required key is missing")
+        return FileFormatError(path, line, f"{dotted}: required {'key' if table else 'table'} is missing")
     value = err.get("input")
     secretish = key is not None and (key.endswith("_env") or _SECRETISH.search(key) is not None)
-    shown = "" if secretish else f" (got {value!r})"
-    msg = err["msg"].removeprefix("Value error, ")
+    # The name rules and the cross-key rules show the value in their own words.
+    says_value = isinstance(cause, NameRefused | KeyRefused)
+    shown = "" if secretish or says_value else f" (got {redact(repr(value))})"
     return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
 
 

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from resources.errors import FileFormatError
+from resources.secrets import redact
 
+# A key whose name says it holds a credential: its line is never shown, whatever is wrong with it.
+SECRET_KEY = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
 _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
@@ -33,7 +36,17 @@ def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = _TOML_POS.search(str(exc))
-        raise FileFormatError(path, int(m.group(1)) if m else None, f"not valid TOML: {exc}") from None
+        line = int(m.group(1)) if m else None
+        raise FileFormatError(path, line, f"not valid TOML: {exc}{_shown(text, line)}") from None
+
+
+def _shown(text: str, line: int | None) -> str:
+    """The line a syntax error is on, so the person sees the value; never one whose key names a secret."""
+    lines = text.splitlines()
+    if not line or line > len(lines):
+        return ""
+    shown = lines[line - 1].strip()
+    return "" if SECRET_KEY.search(shown.split("=", 1)[0]) else f" in {redact(shown[:200])!r}"
 
 
 def key_line(text: str, table: tuple[str, ...], key: str | None = None) -> int | None:

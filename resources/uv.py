@@ -9,11 +9,14 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resources.errors import FileFormatError, LockstepError
+from resources.names import KNOWN_SCHEMES, NameRefused, check_url
 from resources.secrets import redact
-from resources.tomlfile import load_toml
+from resources.tomlfile import key_line, load_toml
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 class UvError(LockstepError):
@@ -37,10 +40,22 @@ class GitSource(BaseModel):
 
     @classmethod
     def parse(cls, value: str) -> GitSource:
-        base, _, commit = value.partition("#")
+        """Read a git source; a ValueError (showing the value) when it pins no full commit or names no URL.
+
+        uv always writes the resolved commit after '#': without it, or with a short one, the lock does
+        not say which harbor an image gets.
+        """
+        base, hash_sign, commit = value.partition("#")
+        if not hash_sign or not _COMMIT.match(commit):
+            got = f"{commit!r}" if hash_sign else "no '#<commit>'"
+            raise ValueError(f"git source {redact(value)!r} must end in '#<40-hex commit>' (got {got})")
         parts = urlsplit(base)
         query = {k: unquote(v[0]) for k, v in parse_qs(parts.query).items()}
         url = parts._replace(query="").geturl()
+        try:
+            check_url("git source URL", url, KNOWN_SCHEMES)
+        except NameRefused as exc:
+            raise ValueError(redact(str(exc))) from None
         return cls(url=url, branch=query.get("branch"), rev=query.get("rev"), tag=query.get("tag"), commit=commit)
 
     @property
@@ -75,12 +90,26 @@ class UvLock(BaseModel):
     text: str = Field(default="", exclude=True, repr=False)
 
     @classmethod
-    def read(cls, path: Path, text: str | None = None) -> UvLock:
-        text = path.read_text(encoding="utf-8") if text is None else text
+    def read(cls, path: Path, text: str | bytes | None = None) -> UvLock:
+        """Parse a uv.lock (its bytes or text; read from `path` when not given). Every git source is
+        checked here, so a bad one is refused with its line before anything relies on it."""
+        raw = path.read_bytes() if text is None else text
+        text = _decode(path, raw) if isinstance(raw, bytes) else raw
         data = load_toml(path, text)
         if "version" not in data:
-            raise FileFormatError(path, None, "not a uv.lock (no top-level `version`)")
-        return cls.model_validate({**data, "path": path, "text": text})
+            raise FileFormatError(path, 1, "not a uv.lock (no top-level `version`)")
+        try:
+            lock = cls.model_validate({**data, "path": path, "text": text})
+        except ValidationError as exc:
+            raise _explain(exc, path, text) from None
+        for i, pkg in enumerate(lock.package):
+            if "git" in pkg.source:
+                try:
+                    GitSource.parse(pkg.source["git"])
+                except ValueError as exc:
+                    line = key_line(text, ("package", str(i)), "source")
+                    raise FileFormatError(path, line, f"[[package]] {pkg.name}: {exc}") from None
+        return lock
 
     def find(self, name: str) -> LockedPackage | None:
         wanted = _normalize(name)
@@ -104,6 +133,26 @@ class UvLock(BaseModel):
                 f"{name} comes from a {kind} source, not git: add it to [tool.uv.sources] as a git branch",
             )
         return pkg, src
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FileFormatError(path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
+
+
+def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
+    """A type error in the lock as `uv.lock:LINE: [[package]] #N key: what (got value)`."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    if len(loc) > 2 and loc[0] == "package" and loc[2] == "source":
+        loc = loc[:3]  # a value inside the inline table: its line is the `source = {...}` line
+    line = next((n for i in range(len(loc), 0, -1) if (n := key_line(text, tuple(loc[: i - 1]), loc[i - 1]))), 1)
+    where = f"[[package]] #{int(loc[1]) + 1} {'.'.join(loc[2:])}" if len(loc) > 2 and loc[0] == "package" else ".".join(loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    return FileFormatError(path, line, f"{where}: {msg} (got {redact(repr(err.get('input')))})")
 
 
 def _normalize(name: str) -> str:

@@ -48,6 +48,7 @@ SMOKE_COMMAND = [
 
 
 SANDBOX_OWNERS = ["team:ml-infra"]
+SANDBOX_URL_SCHEMES = ("https", "ssh", "file")
 # The sandbox's build script requires a push token, as the real one does; its registry takes any.
 # `lockstep demo` (and the tests) set this to a dummy value: it is still treated as a secret.
 SANDBOX_TOKEN_ENV = "LOCKSTEP_SANDBOX_PUSH_TOKEN"
@@ -162,7 +163,8 @@ def sandbox_image(registry: str | None) -> str:
 def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
     """The sandbox's site: local repos, the fake iris, and an image-layout registry (or `registry` host:port)."""
     return SiteConfig(
-        site=SiteSection(name="sandbox", owners=SANDBOX_OWNERS),
+        # The sandbox's repos are local bare repos: file:// is allowed here, never on a real site by default.
+        site=SiteSection(name="sandbox", owners=SANDBOX_OWNERS, url_schemes=list(SANDBOX_URL_SCHEMES)),
         tpu=TpuSection(
             harbor_repo=sb.url(sb.harbor),
             harbor_branch=HARBOR_BRANCH,
@@ -229,6 +231,7 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
             + tomli_w.dumps(data),
             encoding="utf-8",
         )
+    _allow_file_urls(sb)
     try:
         site = load_site(sb.site_file)
     except FileFormatError as exc:
@@ -237,13 +240,27 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
     _install_iris(sb, site.iris.sandbox_contract if site.iris else "2026-08", site.registry.token_env)
     if site.jovian is None:  # what we wrote (or found) must be a valid site
         # A sandbox made before the Jovian half existed: add its [jovian] table, keep the rest as it is.
-        table = tomli_w.dumps({"jovian": jovian_section(sb.repos).model_dump(mode="json", exclude_none=True)})
+        # Its build node and lane name [[spark.nodes]], so those come along when the file has none.
+        tables: dict[str, object] = {"jovian": jovian_section(sb.repos).model_dump(mode="json", exclude_none=True)}
+        if site.spark is None:
+            tables["spark"] = spark_section().model_dump(mode="json", exclude_none=True)
+        table = tomli_w.dumps(tables)
         with sb.site_file.open("a", encoding="utf-8") as fh:
             fh.write("\n" + table)
         load_site(sb.site_file)
     _add_spark(sb)
     install_nodes(sb)
     return sb
+
+
+def _allow_file_urls(sb: Sandbox) -> None:
+    """A sandbox made before [site] url_schemes existed: its repos are file:// URLs, so allow them."""
+    text = sb.site_file.read_text(encoding="utf-8")
+    header = re.search(r"^\[site\][ \t]*$", text, re.M)
+    if header is None or re.search(r"^url_schemes\s*=", text, re.M):
+        return
+    line = f"\nurl_schemes = {json.dumps(list(SANDBOX_URL_SCHEMES))}"
+    sb.site_file.write_text(text[: header.end()] + line + text[header.end():], encoding="utf-8")
 
 
 def _add_spark(sb: Sandbox) -> None:

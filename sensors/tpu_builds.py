@@ -81,7 +81,11 @@ def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
             return dg.SensorResult(skip_reason="no new verified build")
         cursor = str(records[-1].storage_id)
         newest = records[-1].partition_key
-        if not site.config().tpu.auto_promote:
+        try:
+            auto_promote = site.config().tpu.auto_promote
+        except LockstepError as exc:  # cursor kept: the build is judged again once the file is fixed
+            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+        if not auto_promote:
             return dg.SensorResult(cursor=cursor, skip_reason="auto_promote is off in the site file: promote with promote_tpu")
         if current_state(tag_history(context.instance))[1]:
             return dg.SensorResult(cursor=cursor, skip_reason=(

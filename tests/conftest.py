@@ -8,7 +8,7 @@ from pathlib import Path
 import git
 import pytest
 
-from resources.git import GitRemotes
+from resources.git import git_for
 from resources.iris import iris_for
 from resources.registry import registry_for
 from resources.site import SiteResource, load_site
@@ -59,7 +59,7 @@ def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:
     site = load_site(sb.site_file)
     return {
         "site": SiteResource(path=str(sb.site_file)),
-        "git": GitRemotes(cache_dir=str(cache), timeout_s=60),
+        "git": git_for(site, cache_dir=str(cache), timeout_s=60),
         "uv": UvCli(timeout_s=120),
         "registry": registry_for(site),
         "iris": iris_for(site),

@@ -33,6 +33,8 @@ HOSTILE_URLS = [
     "file:///tmp/repo.git;touch /tmp/lockstep-pwned",
     "https://example.com/repo.git\n--upload-pack=x",
     "$(touch /tmp/lockstep-pwned)",
+    "ssh://-oProxyCommand=touch%20/tmp/lockstep-pwned/repo.git",
+    "ssh://-oProxyCommand=x@example.com/repo.git",
     "/tmp/plain-path.git",
     "../relative.git",
     "",

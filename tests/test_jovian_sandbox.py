@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from lockstep.cli import main
 from resources.errors import LockstepError
-from resources.git import GitRemotes
+from resources.git import git_for
 from resources.site import load_site
 from sandbox.jovian_sources import LOCK_FORMAT, parse_lock
 from sandbox.jovian_world import PACKAGES, REPOS, JovianRepos, lock_path, new_lab_rev
@@ -147,7 +147,7 @@ def test_r27_lock_is_a_clean_cut_with_real_trees_and_every_fixture_key(sb: Sandb
     # Each pin is the tip of an integration branch the site's globs find (through lockstep's own git).
     site = load_site(sb.site_file)
     assert site.jovian is not None
-    remotes = GitRemotes(cache_dir=str(sb.root / "cache"), timeout_s=60)
+    remotes = git_for(site, cache_dir=str(sb.root / "cache"), timeout_s=60)
     for pkg in PACKAGES:
         url = lock[f"{pkg}.repository"]
         heads = remotes.ls_remote_heads(url=url, pattern=site.jovian.integration_branches[pkg])

@@ -49,7 +49,7 @@ def gitsha_for(git: GitRemotes, site: SiteConfig, commit: str) -> str:
 def pins_at(checkout: Path, site: SiteConfig) -> tuple[HarborPin, str]:
     """The lock's harbor pin (runtime gate) and the Dockerfile's HARBOR_COMMIT (the bake) in a checkout."""
     tpu = site.tpu
-    lock = UvLock.read(Path("uv.lock"), (checkout / "uv.lock").read_text(encoding="utf-8"))
+    lock = UvLock.read(Path("uv.lock"), (checkout / "uv.lock").read_bytes())
     pkg, src = lock.git_package(tpu.harbor_package)
     dockerfile = (checkout / tpu.dockerfile).read_text(encoding="utf-8")
     return HarborPin(commit=src.commit, version=pkg.version), find_pin(dockerfile, tpu.dockerfile, pin_variable(tpu.harbor_package)).commit

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from resources.git import GitRemotes
+from resources.git import git_for
 from resources.iris import iris_for
 from resources.registry import registry_for
 from resources.site import (
@@ -51,7 +51,7 @@ def tpu_resources(site: SiteConfig | None) -> dict[str, object]:
     """The outside systems, built from the site file the location loaded (secrets as dg.EnvVar)."""
     return {
         "site": site_resource(site),
-        "git": GitRemotes(),
+        "git": git_for(site),
         "uv": UvCli(),
         "registry": registry_for(site, env_vars=True) if site else needs_site("registry"),
         "iris": iris_for(site, env_vars=True) if site and site.iris else needs_site("iris"),

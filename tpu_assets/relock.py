@@ -12,6 +12,7 @@ from pathlib import Path
 
 from resources.errors import FileFormatError, LockstepError
 from resources.git import GitRemotes, Worktree
+from resources.names import PathEscape, under
 from resources.secrets import redact
 from resources.site import TpuSection
 from resources.uv import GitSource, UvCli, UvLock
@@ -68,17 +69,33 @@ def commit_message(package: str, pin: HarborPin) -> str:
     return f"chore(deps): re-lock {package} -> {pin.version or 'unversioned'} ({pin.commit[:8]})"
 
 
+def in_checkout(wt: Path, relative: str) -> Path:
+    """`wt/relative`, refused when it resolves outside the checkout (a symlink the consumer repo commits)."""
+    try:
+        return under(wt, *Path(relative).parts)
+    except PathEscape as exc:
+        raise FileFormatError(relative, None, f"{exc}: a re-lock reads and writes only inside the checkout") from None
+
+
+def _text(path: Path, shown: str) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileFormatError(shown, raw[: exc.start].count(b"\n") + 1, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
+
+
 def read_state(wt: Path, tpu: TpuSection) -> tuple[UvLock, GitSource, HarborPin, str, int]:
     """Lock, its harbor source, the locked pin, the Dockerfile text and its pin line, from a checkout."""
-    lock_path = wt / "uv.lock"
+    lock_path = in_checkout(wt, "uv.lock")
     if not lock_path.exists():
         raise FileFormatError("uv.lock", None, "the consumer repo has no uv.lock: run `uv lock` there once and commit it")
-    lock = UvLock.read(Path("uv.lock"), lock_path.read_text(encoding="utf-8"))
+    lock = UvLock.read(Path("uv.lock"), lock_path.read_bytes())
     pkg, src = lock.git_package(tpu.harbor_package)
-    docker_path = wt / tpu.dockerfile
-    if not docker_path.exists():
+    docker_path = in_checkout(wt, tpu.dockerfile)
+    if not docker_path.is_file():
         raise FileFormatError(tpu.dockerfile, None, "no such file in the consumer repo (site [tpu].dockerfile)")
-    docker_text = docker_path.read_text(encoding="utf-8")
+    docker_text = _text(docker_path, tpu.dockerfile)
     pin = find_pin(docker_text, tpu.dockerfile, pin_variable(tpu.harbor_package))
     return lock, src, HarborPin(commit=src.commit, version=pkg.version), docker_text, pin.line
 
@@ -115,7 +132,7 @@ def _relock_in(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, aut
     if after.commit == before.commit and docker_pin == after.commit:
         # uv found nothing newer than the lock (the branch tip is not ahead of the locked commit).
         return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, after, docker_line, "")
-    (wt.path / tpu.dockerfile).write_text(set_pin(docker_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
+    in_checkout(wt.path, tpu.dockerfile).write_text(set_pin(docker_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
 
     # Re-read what will be committed: the two pins must agree before anything leaves this machine.
     _, _, committed, new_docker, _ = read_state(wt.path, tpu)

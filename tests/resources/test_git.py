@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import git
 import pytest
 
 import resources.git as gitmod
-from resources.git import GitError, GitRemotes, NonFastForward, RemoteUnreachable
+from resources.git import (
+    GitError,
+    GitInputRefused,
+    GitRemotes,
+    NonFastForward,
+    RemoteUnreachable,
+    Worktree,
+)
+from resources.names import ref_problem
+from tests.hostile import HOSTILE_NAMES, HOSTILE_URLS
+from tests.report import count
 
 BRANCH = "penfever/working"
+LOCAL = ["https", "ssh", "file"]  # the sandbox's schemes: these tests' remotes are local bare repos
 
 
 class Upstream:
@@ -37,7 +50,7 @@ def up(tmp_path: Path) -> Upstream:
 
 @pytest.fixture
 def remotes(tmp_path: Path) -> GitRemotes:
-    return GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=30)
+    return GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=30, url_schemes=LOCAL)
 
 
 def test_ls_remote_tip_and_missing_branch(up: Upstream, remotes: GitRemotes) -> None:
@@ -176,3 +189,136 @@ def test_list_files_gitlinks_and_materialize(up: Upstream, remotes: GitRemotes, 
     assert not any((dest / "csrc/cutlass").iterdir())  # a gitlink checks out as an EMPTY dir: the trap
     again = remotes.materialize(url=up.url, sha=sha, dest=dest)  # replacing an existing checkout works
     assert (again / ".git").is_file() and remotes.mirror_bytes(url=up.url) > 0
+
+
+# -- outside input reaches git only as data ---------------------------------------------------------
+
+SHA = "a" * 40
+
+
+def _every_url_call(remotes: GitRemotes, url: str, tmp_path: Path) -> dict[str, Callable[[], object]]:
+    """Each public GitRemotes method that takes a URL, called with `url` and otherwise good arguments."""
+    wt = Worktree.model_construct(path=tmp_path, url=url, branch=BRANCH, base_sha=SHA)
+
+    def checkout(**kw: str) -> None:
+        with remotes.checkout(url=url, **kw):
+            pass
+
+    return {
+        "ls_remote": lambda: remotes.ls_remote(url=url, branch=BRANCH),
+        "ls_remote_heads": lambda: remotes.ls_remote_heads(url=url),
+        "ls_remote_tag": lambda: remotes.ls_remote_tag(url=url, tag="v1"),
+        "fetch": lambda: remotes.fetch(url=url, shas=[SHA]),
+        "is_ancestor": lambda: remotes.is_ancestor(url=url, ancestor=SHA, descendant=SHA),
+        "tree_of": lambda: remotes.tree_of(url=url, sha=SHA),
+        "ahead_behind": lambda: remotes.ahead_behind(url=url, base=SHA, tip=SHA),
+        "list_files": lambda: remotes.list_files(url=url, sha=SHA, pattern="*"),
+        "gitlinks": lambda: remotes.gitlinks(url=url, sha=SHA),
+        "materialize": lambda: remotes.materialize(url=url, sha=SHA, dest=remotes.trees_dir() / "x"),
+        "resolve_commit": lambda: remotes.resolve_commit(url=url, rev="abc1234", branch=BRANCH),
+        "commit_info": lambda: remotes.commit_info(url=url, sha=SHA),
+        "short_sha": lambda: remotes.short_sha(url=url, sha=SHA, branch=BRANCH),
+        "show_file": lambda: remotes.show_file(url=url, sha=SHA, path="uv.lock"),
+        "checkout_branch": lambda: checkout(branch=BRANCH),
+        "checkout_sha": lambda: checkout(sha=SHA),
+        "push_fast_forward": lambda: remotes.push_fast_forward(worktree=wt),
+    }
+
+
+@pytest.fixture
+def no_git_runs(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Any git process (GitPython's or a bare subprocess) fails the test: refusals come before them."""
+    started: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        started.append(args)
+        raise AssertionError(f"a process was started: {args!r}")
+
+    monkeypatch.setattr(git.cmd.Git, "execute", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    return started
+
+
+def test_a_hostile_url_reaches_no_git_call(
+    remotes: GitRemotes, tmp_path: Path, no_git_runs: list[object]
+) -> None:
+    marker = tmp_path / "pwned"
+    urls = [f"--upload-pack=touch {marker}", *HOSTILE_URLS]
+    tried = 0
+    for url in urls:
+        for name, call in _every_url_call(remotes, url, tmp_path).items():
+            with pytest.raises(GitInputRefused, match="no git command was run"):
+                call()
+            tried += 1
+    assert not no_git_runs and not marker.exists() and not Path("/tmp/lockstep-pwned").exists()
+    assert not (tmp_path / "cache").exists()  # not even a mirror directory was made
+    count("hostile URLs refused (git)", tried)
+
+
+def test_a_scheme_the_site_does_not_allow_is_refused_before_git(
+    tmp_path: Path, up: Upstream, no_git_runs: list[object]
+) -> None:
+    strict = GitRemotes(cache_dir=str(tmp_path / "cache"))  # the defaults: https and ssh
+    with pytest.raises(GitInputRefused, match="uses 'file'; this site allows https, ssh"):
+        strict.ls_remote(url=up.url, branch=BRANCH)
+    assert not no_git_runs
+
+
+@pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if ref_problem(n)])
+def test_a_hostile_branch_or_tag_reaches_no_git_call(
+    name: str, remotes: GitRemotes, tmp_path: Path, no_git_runs: list[object]
+) -> None:
+    url = "https://example.invalid/harbor.git"
+    wt = Worktree.model_construct(path=tmp_path, url=url, branch=name, base_sha=SHA)
+    calls = [
+        lambda: remotes.ls_remote(url=url, branch=name),
+        lambda: remotes.ls_remote_tag(url=url, tag=name),
+        lambda: remotes.fetch(url=url, branches=[name]),
+        lambda: remotes.resolve_commit(url=url, rev=name, branch=BRANCH),
+        lambda: remotes.short_sha(url=url, sha=SHA, branch=name),
+        lambda: remotes.push_fast_forward(worktree=wt),
+    ]
+    for call in calls:
+        with pytest.raises(GitInputRefused):
+            call()
+    assert not no_git_runs
+    count("hostile refs refused (git)", len(calls))
+
+
+def test_materialize_refuses_a_dest_outside_the_trees_before_removing_anything(
+    up: Upstream, remotes: GitRemotes, tmp_path: Path, no_git_runs: list[object]
+) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("mine")
+    trees = remotes.trees_dir()
+    trees.mkdir(parents=True)
+    (trees / "link").symlink_to(precious)  # inside the trees by name, outside once resolved
+    for dest in (precious, trees / ".." / "precious", trees / "link", trees, Path("/tmp/lockstep-abs")):
+        with pytest.raises(GitInputRefused, match="nothing removed|outside"):
+            remotes.materialize(url=up.url, sha=SHA, dest=dest)
+    assert (precious / "keep").read_text() == "mine" and not no_git_runs
+
+
+def test_git_itself_refuses_a_transport_the_site_does_not_allow_even_through_a_redirect(
+    up: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A remote lockstep never sees: git's own config rewrites an allowed https URL to file:// (or to
+    # ext::, which runs a command). Only GIT_ALLOW_PROTOCOL and protocol.ext.allow stand in the way.
+    marker = tmp_path / "pwned"
+    config = tmp_path / "gitconfig"
+    config.write_text(
+        f'[url "{up.url}"]\n\tinsteadOf = https://example.invalid/up.git\n'
+        f'[url "ext::sh -c touch% {marker}"]\n\tinsteadOf = https://example.invalid/ext.git\n'
+    )
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    tip = up.commit("a", "1")
+    allowing_file = GitRemotes(cache_dir=str(tmp_path / "c1"), url_schemes=LOCAL)
+    assert allowing_file.ls_remote(url="https://example.invalid/up.git", branch=BRANCH) == tip  # the control
+    strict = GitRemotes(cache_dir=str(tmp_path / "c2"))
+    with pytest.raises(GitError, match="transport 'file' not allowed"):
+        strict.ls_remote(url="https://example.invalid/up.git", branch=BRANCH)
+    for remotes in (strict, allowing_file):
+        with pytest.raises(GitError, match="transport 'ext' not allowed"):
+            remotes.ls_remote(url="https://example.invalid/ext.git", branch=BRANCH)
+    assert not marker.exists()

@@ -417,7 +417,8 @@ def test_a_verification_opens_each_layer_once_and_the_second_reads_from_the_cach
     built = BuiltImage(consumer_commit="c" * 40, gitsha="0123abc", ref=f"{proxy.host}/{repo}:tpu-0123abc",
                        digest=manifest.digest, lock_pin=HarborPin(commit=COMMIT, version="0.4.2"),
                        dockerfile_commit=COMMIT, job_id="job-1", job_state="SUCCEEDED")
-    tpu = TpuSection(harbor_repo="-", harbor_branch="main", consumer_repo="-", consumer_branch="main",
+    tpu = TpuSection(harbor_repo="https://example.invalid/harbor.git", harbor_branch="main",
+                     consumer_repo="https://example.invalid/consumer.git", consumer_branch="main",
                      image=f"{proxy.host}/{repo}", probes=three_probes())
 
     first = verify_image(via(proxy, tmp_path), built=built, tpu=tpu, repository=repo)

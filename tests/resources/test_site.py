@@ -55,7 +55,7 @@ def test_key_in_the_wrong_table_is_an_error_not_ignored(tmp_path: Path) -> None:
 
 def test_bad_value_names_the_value(tmp_path: Path) -> None:
     err = error_for(tmp_path, GOOD.replace('consumer_branch = "penfever/working"', 'consumer_branch = "a..b"'))
-    assert err.line == 8 and "'a..b'" in str(err) and "plain branch name" in str(err)
+    assert err.line == 8 and "[tpu] consumer_branch: branch 'a..b' is not a valid git ref name" in str(err)
 
 
 def test_secret_value_in_the_file_is_refused_without_echoing_it(tmp_path: Path) -> None:
@@ -154,3 +154,36 @@ def test_links_image_key_after_an_array_header_lands_in_the_array_and_is_an_erro
     err = error_for(tmp_path, text)
     assert err.line == len(text.splitlines())
     assert "[[links.commit]] #1 image: unknown key" in str(err) and "right [table]" in str(err)
+
+
+def test_an_upload_pack_url_is_refused_at_load_before_anything_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = GOOD.replace('"https://github.com/marin-community/harbor.git"', f'"--upload-pack=touch {marker}"')
+    err = error_for(tmp_path, text)
+    assert str(err).startswith(f"{tmp_path / 'site.toml'}:5: [tpu] harbor_repo: repository URL '--upload-pack=touch")
+    assert not marker.exists()
+
+
+def test_url_schemes_default_to_https_and_ssh_and_the_sandbox_adds_file(tmp_path: Path) -> None:
+    local = GOOD.replace("https://github.com/marin-community/harbor.git", "file:///srv/git/harbor.git")
+    err = error_for(tmp_path, local)
+    assert err.line == 5 and "uses 'file'; this site allows https, ssh ([site] url_schemes)" in str(err)
+    site = load_site(write(tmp_path, local.replace('name = "test"', 'name = "test"\nurl_schemes = ["https", "ssh", "file"]')))
+    assert site.tpu.harbor_repo == "file:///srv/git/harbor.git" and site.site.url_schemes == ["https", "ssh", "file"]
+    scp = load_site(write(tmp_path, GOOD.replace("https://github.com/open-thoughts/", "git@github.com:open-thoughts/")))
+    assert scp.tpu.consumer_repo.startswith("git@github.com:")  # scp-like counts as ssh
+
+
+def test_a_credential_in_a_refused_url_is_not_echoed(tmp_path: Path) -> None:
+    url = "http://bot:ghp_NeverEcho0123@github.com/marin-community/harbor.git"
+    err = error_for(tmp_path, GOOD.replace('"https://github.com/marin-community/harbor.git"', f'"{url}"'))
+    assert "ghp_NeverEcho0123" not in str(err) and "uses 'http'" in str(err)
+
+
+@pytest.mark.parametrize("size", ["64GB", "64 GB", "120gb", "512MiB", "1.5G", "8g", "4096", "100 bytes", "2TB"])
+def test_a_size_the_site_accepts_is_one_iris_reads_the_same_way(size: str) -> None:
+    # iris parses --memory/--disk with humanfriendly.parse_size(binary=True) (cluster/types.py).
+    humanfriendly = pytest.importorskip("humanfriendly")
+    from resources.site_rules import size_bytes
+
+    assert size_bytes("memory", size) == humanfriendly.parse_size(size, binary=True)

@@ -461,7 +461,7 @@ def test_spark_for_reads_the_site_and_resolves_local_roots(tmp_path: Path) -> No
     (tmp_path / "nodes" / "spark1").mkdir(parents=True)
     site_file = tmp_path / "site.toml"
     site_file.write_text(
-        '[tpu]\nharbor_repo = "h"\nharbor_branch = "main"\nconsumer_repo = "c"\nconsumer_branch = "main"\n'
+        '[tpu]\nharbor_repo = "https://example.invalid/h.git"\nharbor_branch = "main"\nconsumer_repo = "https://example.invalid/c.git"\nconsumer_branch = "main"\n'
         'image = "ghcr.io/x/y"\n\n'
         '[spark]\nknown_hosts = "keys/known_hosts"\npassphrase_env = "SPARK_KEY_PASSPHRASE"\ncommand_timeout_s = 30\n\n'
         '[[spark.nodes]]\nname = "spark1"\ntransport = "local"\nroot = "nodes/spark1"\nroles = ["build", "lane"]\n\n'

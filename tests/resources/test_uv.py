@@ -75,3 +75,24 @@ def test_lock_check_detects_a_pyproject_change(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(text)
     check = uv.lock_check(project_dir=tmp_path)
     assert not check.ok and check.exit_code != 0 and "needs to be updated" in check.output
+
+
+@pytest.mark.parametrize(("old", "new", "line", "shown"), [
+    (f"#{SHA}", "", 8, "no '#<commit>'"),
+    (f"#{SHA}", "#2dde0b", 8, "'2dde0b'"),
+    (f"#{SHA}", f"#{SHA[:-1]}g", 8, f"'{SHA[:-1]}g'"),
+    ("file:///r/harbor.git", "--upload-pack=touch /tmp/lockstep-pwned", 8, "starts with '-'"),
+    ("version = 1", 'version = "one"', 1, "(got 'one')"),
+    ('version = "1.16.0"', "version = 1.16", 12, "(got 1.16)"),
+])
+def test_a_lock_that_pins_no_full_commit_or_has_a_type_error_names_line_and_value(
+    old: str, new: str, line: int, shown: str
+) -> None:
+    with pytest.raises(FileFormatError) as info:
+        UvLock.read(Path("uv.lock"), LOCK.replace(old, new, 1))
+    assert info.value.line == line and shown in str(info.value)
+
+
+def test_a_lock_that_is_not_utf8_names_the_line() -> None:
+    with pytest.raises(FileFormatError, match=r"^uv.lock:11: not UTF-8 text \(byte 0xff\)"):
+        UvLock.read(Path("uv.lock"), LOCK.encode().replace(b'"six"', b'"s\xffx"'))

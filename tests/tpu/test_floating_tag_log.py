@@ -27,7 +27,7 @@ import yaml
 
 from lockstep.pools import apply_pools
 from lockstep.run_launcher import worker_started
-from resources.git import GitRemotes
+from resources.git import git_for
 from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
 from sandbox.fake_iris import stop_all
@@ -158,7 +158,7 @@ class TagWorld:
         return [(m.action, m.from_digest, m.to_digest) for m in self.log()]
 
     def plan(self, **kwargs: str):  # type: ignore[no-untyped-def]
-        return plan_for(self.site, self.instance, GitRemotes(cache_dir=str(self.tmp / "cache")), self.registry, **kwargs)
+        return plan_for(self.site, self.instance, git_for(self.site, cache_dir=str(self.tmp / "cache")), self.registry, **kwargs)
 
 
 def _sqlite_home(home: Path) -> None:
