@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from jovian_assets.inputs import check_utf8, read_text
+from jovian_assets.models import Finding
 from resources.errors import FileFormatError
+from resources.names import (
+    KNOWN_SCHEMES,
+    NameRefused,
+    check_name,
+    check_ref,
+    check_relative_path,
+    check_url,
+)
 
 EXTERNAL_PROJECTS = "cmake/external_projects"
 
@@ -267,6 +277,7 @@ class _Definition:
     name: str  # a variable, or ENV{X} for set(ENV{X} ...)
     value: str  # list elements joined with ';' as cmake does
     scope: _Scope
+    where: tuple[str, int] = ("", 0)  # file and line of the set(): where a bad value is fixed
 
 
 @dataclass(frozen=True)
@@ -314,7 +325,7 @@ def _scan(text: str, file: str) -> _FileScan:
             continue
         scope = tuple(open_if.branch for open_if in stack)
         if name == "set":
-            definition = _definition(command, scope)
+            definition = _definition(command, scope, file)
             if definition is not None:
                 scan.definitions.append(definition)
         elif name in _FETCH_COMMANDS:
@@ -350,7 +361,7 @@ def _branching(command: _Command, stack: list[_OpenIf], scan: _FileScan) -> None
         scan.blocks[top.block] = _Block(branches=top.branch.index + 1, has_else=top.has_else)
 
 
-def _definition(command: _Command, scope: _Scope) -> _Definition | None:
+def _definition(command: _Command, scope: _Scope, file: str) -> _Definition | None:
     """set(NAME v...) [CACHE TYPE doc [FORCE]] [PARENT_SCOPE] -> NAME = 'v;...'."""
     args = [a for a in command.args if a.kind != "paren"]
     if not args or ("$" in args[0].text and not args[0].text.startswith("ENV{")):
@@ -361,7 +372,7 @@ def _definition(command: _Command, scope: _Scope) -> _Definition | None:
     cache = next((i for i, a in enumerate(values) if a.kind == "unquoted" and a.text == "CACHE"), None)
     if cache is not None:
         values = values[:cache]
-    return _Definition(name=args[0].text, value=";".join(a.text for a in values), scope=scope)
+    return _Definition(name=args[0].text, value=";".join(a.text for a in values), scope=scope, where=(file, command.line))
 
 
 def _render(args: Sequence[_Arg]) -> str:
@@ -395,6 +406,7 @@ class _Resolved:
     value: str
     scope: _Scope  # the use's scope plus the branches its definitions live in
     unresolved: tuple[str, ...] = ()
+    sources: tuple[tuple[str, int], ...] = ()  # (file, line) of every set() the value came through
 
 
 def _compatible(a: _Scope, b: _Scope) -> bool:
@@ -419,19 +431,20 @@ class _Resolver:
             literal = text[pos:ref.start()]
             pos = ref.end()
             key = f"ENV{{{ref.group(2)}}}" if ref.group(1) == "ENV" else ref.group(2)
-            variants = [e for v in variants for e in self._expand(_Resolved(v.value + literal, v.scope, v.unresolved),
+            variants = [e for v in variants for e in self._expand(_Resolved(v.value + literal, v.scope, v.unresolved, v.sources),
                                                                   key, ref.group(), chain, depth)]
-        return [_Resolved(v.value + text[pos:], v.scope, v.unresolved) for v in variants]
+        return [_Resolved(v.value + text[pos:], v.scope, v.unresolved, v.sources) for v in variants]
 
     def _expand(self, so_far: _Resolved, key: str, raw: str, chain: Sequence[_Definition], depth: int) -> list[_Resolved]:
         found = self._reaching(key, so_far.scope, chain) if depth < _MAX_DEPTH else []
         if not found:
-            return [_Resolved(so_far.value + raw, so_far.scope, so_far.unresolved + (key,))]
+            return [_Resolved(so_far.value + raw, so_far.scope, so_far.unresolved + (key,), so_far.sources)]
         out = []
         for index, definition in found:
             scope = _merge(so_far.scope, definition.scope)
             for sub in self.resolve(definition.value, scope, chain[:index], depth + 1):
-                out.append(_Resolved(so_far.value + sub.value, sub.scope, so_far.unresolved + sub.unresolved))
+                out.append(_Resolved(so_far.value + sub.value, sub.scope, so_far.unresolved + sub.unresolved,
+                                     so_far.sources + (definition.where,) + sub.sources))
         return out
 
     def _reaching(self, key: str, scope: _Scope, chain: Sequence[_Definition]) -> list[tuple[int, _Definition]]:
@@ -510,18 +523,56 @@ def _rows_for(fetch: _Fetch, file: str, chain: Sequence[_Definition], resolver: 
     name_arg, options = _options(fetch.command.args)
     if name_arg is None or not ("GIT_REPOSITORY" in options or "GIT_TAG" in options):
         return []  # FetchContent_Populate(name) of an earlier declare, or a SOURCE_DIR/URL-only call
-    name = resolver.resolve(name_arg.text, fetch.scope, chain)[0].value
+    _refuse_empty_options(fetch.command.args, options, file)
+    named = resolver.resolve(name_arg.text, fetch.scope, chain)[0]
+    name = named.value
+    if not named.unresolved:
+        _check_value(check_name, "FetchContent name", named, file, name_arg.line)
     rows = []
     for repo in _option_values(options, "GIT_REPOSITORY", fetch.scope, chain, resolver):
+        if "GIT_REPOSITORY" in options:
+            _check_value(_git_url, "GIT_REPOSITORY", repo, file, options["GIT_REPOSITORY"][0].line)
         for tag in _option_values(options, "GIT_TAG", repo.scope, chain, resolver):
+            if "GIT_TAG" in options:
+                _check_value(check_ref, "GIT_TAG", tag, file, options["GIT_TAG"][0].line)
             submodules, missing = _submodules(options, tag.scope, chain, resolver)
-            unresolved = list(dict.fromkeys(repo.unresolved + tag.unresolved + missing))
+            for path in submodules if not missing else []:
+                _check_value(check_relative_path, "GIT_SUBMODULES path", _Resolved(path, ()), file,
+                             options["GIT_SUBMODULES"][0].line)
+            unresolved = list(dict.fromkeys(named.unresolved + repo.unresolved + tag.unresolved + missing))
             rows.append(DepRow(
                 name=name, repository=repo.value or None, tag=tag.value or None, submodules=submodules,
                 condition=_condition(tag.scope), file=file, line=fetch.command.line,
                 source_dir_override=overrides.get(name.lower()), unresolved=unresolved, kind=fetch.kind,
             ))
     return rows
+
+
+def _git_url(kind: str, value: object) -> str:
+    return check_url(kind, value, KNOWN_SCHEMES)
+
+
+def _refuse_empty_options(args: Sequence[_Arg], options: dict[str, list[_Arg]], file: str) -> None:
+    """`GIT_TAG` or `GIT_REPOSITORY` followed by the next keyword (or `)`): cmake would fetch the default branch."""
+    for arg in args:
+        if arg.kind == "unquoted" and arg.text in ("GIT_REPOSITORY", "GIT_TAG") and not options.get(arg.text):
+            what = "the repository URL" if arg.text == "GIT_REPOSITORY" else "a tag or the full commit sha"
+            raise FileFormatError(file, arg.line, f"{arg.text} has no value: give {what} after it (a pin that names nothing "
+                                                  "fetches whatever the default branch is)")
+
+
+def _check_value(rule: Callable[[str, object], str], kind: str, value: _Resolved, file: str, line: int) -> None:
+    """A resolved pin held to its rule (names.py); refused at the set() it came from when there was one."""
+    if value.unresolved:
+        return  # reported as unresolved, never fetched
+    where = value.sources[-1] if len(value.sources) == 1 else (file, line)
+    try:
+        if not value.value:
+            raise NameRefused(f"{kind} resolves to an empty value")
+        rule(kind, value.value)
+    except NameRefused as exc:
+        via = f" (used by {file}:{line})" if where != (file, line) else ""
+        raise FileFormatError(where[0], where[1], f"{exc}{via}") from None
 
 
 def _option_values(options: dict[str, list[_Arg]], key: str, scope: _Scope, chain: Sequence[_Definition],
@@ -546,16 +597,24 @@ def parse_tree(root: Path) -> list[DepRow]:
     """Every GIT_REPOSITORY/GIT_TAG pin of a vLLM tree: CMakeLists.txt, then each external project file.
 
     Variables set in the top-level CMakeLists.txt (e.g. CUTLASS_REVISION) reach every external
-    project file; a file's own set()s shadow them.
+    project file; a file's own set()s shadow them. Errors name files relative to `root`.
     """
     root = Path(root)
     top = root / "CMakeLists.txt"
     files = ([top] if top.is_file() else []) + sorted((root / EXTERNAL_PROJECTS).glob("*.cmake"))
     if not files:
         raise FileFormatError(root, None, f"not a vLLM source tree: no CMakeLists.txt and no {EXTERNAL_PROJECTS}/*.cmake")
-    scans = [_scan(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()) for f in files]
+    scans = [_scan(read_text(f, f.relative_to(root).as_posix()), f.relative_to(root).as_posix()) for f in files]
+    return _rows(scans, scans[0].definitions if top.is_file() else [])
+
+
+def parse_cmake(text: str, file: str) -> list[DepRow]:
+    """The pins of ONE cmake file on its own (no top-level variables reach it)."""
+    return _rows([_scan(text, file)], [])
+
+
+def _rows(scans: list[_FileScan], top_defs: list[_Definition]) -> list[DepRow]:
     resolver = _Resolver({k: v for scan in scans for k, v in scan.blocks.items()})
-    top_defs = scans[0].definitions if top.is_file() else []
     rows: list[DepRow] = []
     for scan in scans:
         inherited = [] if scan.file == "CMakeLists.txt" else top_defs
@@ -688,7 +747,7 @@ def _platform_atom(op: str | None, operands: list[str]) -> bool | None:
 def parse_gates(text: str, path: str) -> list[Gate]:
     """`gate NAME REPOSITORY TAG [SUBDIR...]` lines (backslash continuations joined); other bash is ignored."""
     gates = []
-    for number, line in _logical_lines(text):
+    for number, line in _logical_lines(check_utf8(text, path)):
         words = line.split()
         if not words or words[0] != "gate":
             continue
@@ -789,8 +848,25 @@ def diff_tables(previous_rows: Sequence[DepRow], rows: Sequence[DepRow]) -> Tabl
 
 
 def to_rows_json(rows: Sequence[DepRow]) -> list[dict[str, object]]:
-    """The table for the CLI and the asset metadata: name, repository, tag, submodules, condition."""
+    """The table for the CLI and the asset metadata: name, repository, tag, submodules, condition, and the
+    variables left unresolved (a row with any is never fetched: its `${VAR}` is kept in the value)."""
     return [
-        {"name": r.name, "repository": r.repository, "tag": r.tag, "submodules": list(r.submodules), "condition": r.condition}
+        {"name": r.name, "repository": r.repository, "tag": r.tag, "submodules": list(r.submodules), "condition": r.condition,
+         "unresolved": list(r.unresolved)}
         for r in rows
     ]
+
+
+def shown_variable(name: str) -> str:
+    """An unresolved variable as cmake writes it: `${NOPE}`, `$ENV{MYSTERY_OWNER}`."""
+    return f"${name}" if name.startswith("ENV{") else f"${{{name}}}"
+
+
+def unresolved_finding(rows: Sequence[DepRow]) -> Finding:
+    """Passes when every pin resolved; else names each `${VAR}` with its file:line (CUDA-path rows first)."""
+    open_rows = sorted((r for r in rows if r.unresolved), key=lambda r: not is_cuda_path(r))
+    if not open_rows:
+        return Finding(passed=True, description=f"all {len(rows)} cmake pins resolved to literal values")
+    return Finding(passed=False, description="cmake pins with unresolved variables (never fetched, never gated): " + "; ".join(
+        f"{r.file}:{r.line}: {r.name} " + ", ".join(shown_variable(v) for v in r.unresolved)
+        + ("" if is_cuda_path(r) else f" (only when {r.condition})") for r in open_rows))

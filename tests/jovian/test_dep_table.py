@@ -163,6 +163,7 @@ def test_to_rows_json_is_plain_json_with_the_cli_keys() -> None:
         "name": "deepgemm", "repository": "https://github.com/deepseek-ai/DeepGEMM.git",
         "tag": "8b1392b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5",
         "submodules": ["third-party/cutlass", "third-party/deep_jit"], "condition": "NOT (DEEPGEMM_SRC_DIR)",
+        "unresolved": [],
     }
 
 
