@@ -41,17 +41,31 @@ class Submodule(BaseModel):
     url: str | None = None
 
 
+def _git_config_list(text: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "config", "--no-includes", "--file", "-", "--list", "-z"], input=text.encode("utf-8"),
+                          capture_output=True, timeout=_GIT_CONFIG_TIMEOUT_S, check=False)
+
+
+def _bad_line(text: str, stderr: str) -> int | None:
+    """The line git refused. git counts the newline that ends a broken line before it notices (an
+    unclosed `[submodule "x"` is reported on the NEXT line), so the line before is tried on its own."""
+    bad = _BAD_LINE.search(stderr)
+    if bad is None:
+        return None
+    line = int(bad.group(1))
+    if line > 1 and _git_config_list("\n".join(text.splitlines()[: line - 1]) + "\n").returncode != 0:
+        return line - 1
+    return line
+
+
 def read_gitmodules(text: str, path: str) -> list[Submodule]:
     """The submodules of a `.gitmodules`, as git reads it; a line git refuses is a FileFormatError at that line."""
-    proc = subprocess.run(
-        ["git", "config", "--no-includes", "--file", "-", "--list", "-z"],
-        input=check_utf8(text, path).encode("utf-8"), capture_output=True, timeout=_GIT_CONFIG_TIMEOUT_S, check=False,
-    )
+    proc = _git_config_list(check_utf8(text, path))
     if proc.returncode != 0:
         stderr = proc.stderr.decode("utf-8", "replace").strip()
-        bad = _BAD_LINE.search(stderr)
-        line = int(bad.group(1)) if bad else None
-        shown = text.splitlines()[line - 1].strip() if line and line <= len(text.splitlines()) else stderr
+        line = _bad_line(text, stderr)
+        lines = text.splitlines()
+        shown = lines[line - 1].strip() if line and line <= len(lines) else stderr
         raise FileFormatError(path, line, f"git cannot read this line of a .gitmodules: {shown!r}")
     found: dict[str, Submodule] = {}
     for entry in proc.stdout.decode("utf-8").split("\0"):
