@@ -189,7 +189,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
         if not unknown and (not target.exists() or target.read_text(encoding="utf-8") != text):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-            git.commit_all(worktree=wt, message=f"jovian: adopt {rev} as one profile ({source_lock.path!r} @ {source_lock.lab_commit[:8]})",
+            git.commit_all(worktree=wt, message=f"jovian: adopt {rev} as one profile ({source_lock.path if source_lock.path.isprintable() else repr(source_lock.path)} @ {source_lock.lab_commit[:8]})",
                            author=author, paths=[rel])
             commit, pushed = git.push_fast_forward(worktree=wt), True
     profile = BuildProfile(rev=rev, path=rel, text=text, diff=diff, unknown_keys=unknown, build_commit=commit, pushed=pushed)
