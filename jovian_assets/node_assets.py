@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table, rev_of
-from jovian_assets.inputs import path_under
+from jovian_assets.inputs import inside, path_under
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
 from jovian_assets.node_build import (
     CHECKSUM_LABEL,
@@ -201,8 +201,9 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
             f"- quality: **{score}** (baseline {lane.baseline_score}, tolerance {lane.tolerance})\n\n"
             f"## quality\n\n```\n{runs['quality'].strip()}\n```\n\n## perf\n\n```\n{runs['perf'].strip()}\n```\n")
     with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
-        (wt.path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (wt.path / rel).write_text(body, encoding="utf-8")
+        report = inside(wt.path, rel)
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(body, encoding="utf-8")
         git.commit_all(worktree=wt, message=f"bench: {lane.name} {image.rev} quality {score}",
                        author=config.site.commit_author, paths=[rel])
         commit = git.push_fast_forward(worktree=wt)
