@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table, rev_of
-from jovian_assets.inputs import inside, path_under
+from jovian_assets.inputs import inside
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
 from jovian_assets.node_build import (
     CHECKSUM_LABEL,
@@ -53,9 +53,12 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
     # A fresh context dir per attempt; log and lock live beside it, never inside the shipped context.
     remote_dir = f"lockstep-builds/{rev}/{context.run.run_id[:8]}"
     started = time.monotonic()
-    deps_root = path_under(git.trees_dir(), "jovian", rev, "deps")
-    if Path(dep_trees.root).resolve() != deps_root:
-        raise NodeBuildFailed(f"jovian/dep_trees of {rev} says its trees are at {dep_trees.root}, not {deps_root}: re-run dep_trees")
+    # dep_trees wrote its root through path_under; the build only reads it. It may sit under another
+    # cache than this run's (adopted by one process, built by another), so only its shape is held here.
+    deps_root = Path(dep_trees.root)
+    if dep_trees.rev != rev or deps_root.parts[-3:] != ("jovian", rev, "deps"):
+        raise NodeBuildFailed(f"jovian/dep_trees says its trees for {dep_trees.rev!r} are at {dep_trees.root}, not "
+                              f".../jovian/{rev}/deps: re-run dep_trees for {rev}")
     with git.checkout(url=jovian.build_repo, sha=build_profile.build_commit) as build, tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "context"
         checksum = stage_build_dir(build_checkout=build.path, jovian=jovian, deps_root=deps_root, dest=staged)
