@@ -1,5 +1,7 @@
 """The rev-adoption assets, all partitioned by `lab_revs`: lock -> fork cut -> profile -> dep table -> dep trees."""
 
+from pathlib import Path
+
 import dagster as dg
 
 from jovian_assets import dep_table as dt
@@ -13,13 +15,15 @@ from jovian_assets.fork_cut import (
     findings,
     spread_minutes,
 )
+from jovian_assets.inputs import inside, path_under, read_text
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, ForkCut
 from jovian_assets.partitions import lab_revs
 from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement, render_profile
 from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
-from resources.errors import LockstepError
-from resources.git import GitRemotes, glob_match
+from resources.errors import FileFormatError, LockstepError
+from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
+from resources.names import NameRefused, check_name
 from resources.secrets import redact
 from resources.site import JovianSection, SiteResource
 
@@ -32,6 +36,7 @@ DEP_TREES = dg.AssetKey(["jovian", "dep_trees"])
 PROFILE_KEYS_KNOWN = "profile_keys_known"
 RECIPES_TOP_LEVEL = "recipes_build_profile_top_level"
 CUDA_PINS_GATED = "cuda_pins_gated"
+CMAKE_PINS_RESOLVED = "cmake_pins_resolved"
 
 
 class AdoptionRefused(LockstepError):
@@ -43,6 +48,15 @@ def _jovian(site: SiteResource) -> JovianSection:
     if config.jovian is None:
         raise LockstepError(f"{config.path}: no [jovian] table: the Jovian graph needs the lab and build repos")
     return config.jovian
+
+
+def rev_of(context: dg.AssetExecutionContext) -> str:
+    """The run's `lab_revs` partition as a rev name. A partition can be added by hand, and the rev
+    names files, directories, a docker tag and the node's PROFILE: checked before any of them."""
+    try:
+        return check_name("lab_revs partition", context.partition_key)
+    except NameRefused as exc:
+        raise AdoptionRefused(f"{exc}; nothing was written") from None
 
 
 def _check(key: dg.AssetKey, name: str, finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
@@ -75,6 +89,8 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
     lab_commit = context.run.tags.get(LAB_COMMIT_TAG) or git.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
     if lab_commit is None:
         raise AdoptionRefused(f"branch {jovian.lab_branch} does not exist on {redact(jovian.lab_repo)}")
+    if not SHA_RE.fullmatch(lab_commit):
+        raise AdoptionRefused(f"run tag {LAB_COMMIT_TAG}={lab_commit!r} is not a full commit sha; nothing was read")
     adopted = find_rev_lock(git, jovian, lab_commit=lab_commit, rev=context.partition_key)
     lock = adopted.lock
     return dg.Output(adopted, metadata={
@@ -157,23 +173,26 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
 def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
     jovian = _jovian(site)
     author = site.config().site.commit_author
-    rel = f"{jovian.build_dir}/profiles/{source_lock.rev}.env"
+    rev = rev_of(context)
+    if source_lock.rev != rev:
+        raise AdoptionRefused(f"{source_lock.path} is release.version={source_lock.rev!r}, not the run's rev {rev!r}")
+    rel = f"{jovian.build_dir}/profiles/{rev}.env"
     with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
         versions_path = f"{jovian.build_dir}/versions.env"
-        versions = parse_env((wt.path / versions_path).read_text(encoding="utf-8"), versions_path)
+        versions = parse_env(read_text(wt.path / versions_path, versions_path), versions_path)
         diff, unknown = plan_profile(source_lock.lock, versions, jovian.versions_keys, jovian.repository_keys)
-        text = render_profile(rev=source_lock.rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff)
-        recipes = {p: recipe_profile_placement((wt.path / p).read_text(encoding="utf-8"), p)
+        text = render_profile(rev=rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff)
+        recipes = {p: _recipe_finding(wt.path, p)
                    for p in sorted(str(f.relative_to(wt.path)) for f in wt.path.rglob("*.toml") if glob_match(jovian.recipes_glob, str(f.relative_to(wt.path))))}
-        target = wt.path / rel
+        target = inside(wt.path, jovian.build_dir, "profiles", f"{rev}.env")
         pushed, commit = False, wt.base_sha
         if not unknown and (not target.exists() or target.read_text(encoding="utf-8") != text):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-            git.commit_all(worktree=wt, message=f"jovian: adopt {source_lock.rev} as one profile ({source_lock.path} @ {source_lock.lab_commit[:8]})",
+            git.commit_all(worktree=wt, message=f"jovian: adopt {rev} as one profile ({source_lock.path if source_lock.path.isprintable() else repr(source_lock.path)} @ {source_lock.lab_commit[:8]})",
                            author=author, paths=[rel])
             commit, pushed = git.push_fast_forward(worktree=wt), True
-    profile = BuildProfile(rev=source_lock.rev, path=rel, text=text, diff=diff, unknown_keys=unknown, build_commit=commit, pushed=pushed)
+    profile = BuildProfile(rev=rev, path=rel, text=text, diff=diff, unknown_keys=unknown, build_commit=commit, pushed=pushed)
     outcome = ("NOT written: " + "; ".join(unknown)) if unknown else (f"pushed {commit[:8]}" if pushed else f"unchanged at {commit[:8]}")
     yield dg.Output(profile, metadata={
         "outcome": dg.MetadataValue.text(outcome),
@@ -198,7 +217,10 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
     code_version="1",
     deps=[FORK_CUT],
     check_specs=[dg.AssetCheckSpec(CUDA_PINS_GATED, asset=DEP_TABLE, blocking=True,
-                                   description="Every CUDA-path GIT_REPOSITORY/GIT_TAG pin in the vLLM tree's cmake has a gate in fetch-deps.sh.")],
+                                   description="Every CUDA-path GIT_REPOSITORY/GIT_TAG pin in the vLLM tree's cmake has a gate in fetch-deps.sh."),
+                 dg.AssetCheckSpec(CMAKE_PINS_RESOLVED, asset=DEP_TABLE,
+                                   description="Every pin resolved to a literal value: a `${VAR}` nothing sets is named with its file:line "
+                                   "(such a row is never fetched; on the CUDA path it also fails cuda_pins_gated).")],
     description=(
         "The dependency table of the pinned vLLM tree, parsed from `cmake/external_projects/*.cmake` and the "
         "top-level CMakeLists.txt (literal pairs, set() indirection, platform branches as separate rows, "
@@ -233,6 +255,18 @@ def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRem
         passed=not ungated,
         description=("CUDA-path pins with no fetch-deps.sh gate: " + "; ".join(f"{r.name} {r.repository} {r.tag} ({r.file}:{r.line})" for r in ungated)
                      + ". Re-sync the gate list from this tree's cmake.") if ungated else f"all {len(vs_gates.matched)} CUDA-path pins are gated"))
+    resolved = dt.unresolved_finding(rows)
+    cuda_open = any(r.unresolved and dt.is_cuda_path(r) for r in rows)
+    yield _check(DEP_TABLE, CMAKE_PINS_RESOLVED, resolved,
+                 dg.AssetCheckSeverity.ERROR if cuda_open else dg.AssetCheckSeverity.WARN)
+
+
+def _recipe_finding(root: Path, rel: str) -> Finding | None:
+    """Where a recipe puts build_profile; a recipe that cannot be read fails the check naming file:line."""
+    try:
+        return recipe_profile_placement(read_text(root / rel, rel), rel)
+    except FileFormatError as exc:
+        return Finding(passed=False, description=str(exc))
 
 
 def _previous_rows(context: dg.AssetExecutionContext, exclude: str) -> list[dt.DepRow] | None:
@@ -271,13 +305,15 @@ def _diff_md(diff: object) -> str:
     ),
 )
 def dep_trees(context: dg.AssetExecutionContext, git: GitRemotes, dep_table: list[dt.DepRow]):
-    root = git.trees_dir() / "jovian" / context.partition_key / "deps"
+    rev = rev_of(context)
+    root = path_under(git.trees_dir(), "jovian", rev, "deps")
     trees = []
     for row in dep_table:
         if not dt.is_cuda_path(row) or not row.repository or not row.tag or row.unresolved:
             continue
-        trees.append(fetch_dep(git, name=row.name, repository=row.repository, tag=row.tag, dest=root / row.name))
-    result = DepTrees(rev=context.partition_key, root=str(root), trees=trees)
+        dest = path_under(root, row.name, kind=f"cmake dependency name ({row.file}:{row.line})")
+        trees.append(fetch_dep(git, name=row.name, repository=row.repository, tag=row.tag, dest=dest))
+    result = DepTrees(rev=rev, root=str(root), trees=trees)
     errors = [f"{t.name}: {t.error}" for t in trees if t.error]
     if errors:
         raise AdoptionRefused("dependencies not fetchable at their pins: " + "; ".join(errors))

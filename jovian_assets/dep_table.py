@@ -5,20 +5,36 @@ flashinfer tvm-ffi/tilelang pins; r39 moved every external pin), so the gate lis
 the NEW tree's `cmake/external_projects/*.cmake` (and the top-level CMakeLists.txt, where vLLM
 declares cutlass) every rev. Every GIT_REPOSITORY/GIT_TAG pin becomes a row; a platform branch is a
 row of its own with its condition; a variable that cannot be resolved is reported, never dropped.
+
+The vLLM tree is the lab's: each resolved pin is held to resources/names.py's rules (GIT_REPOSITORY a
+git URL of a known scheme, GIT_TAG a ref or sha, GIT_SUBMODULES relative paths, the content name a
+plain name), and a pin that breaks one is refused at the file:line of the set() it came from.
+The tokenizer and the CUDA-path condition reader are in cmake_syntax.py.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from jovian_assets.cmake_syntax import Arg, Command, commands, condition_on_cuda, condition_tokens
+from jovian_assets.inputs import check_utf8, read_text
+from jovian_assets.models import Finding
 from resources.errors import FileFormatError
+from resources.names import (
+    KNOWN_SCHEMES,
+    NameRefused,
+    check_name,
+    check_ref,
+    check_relative_path,
+    check_url,
+)
 
 EXTERNAL_PROJECTS = "cmake/external_projects"
 
@@ -94,157 +110,6 @@ class TableDiff(BaseModel):
     removed: list[DepRow]
 
 
-# -- cmake tokenizer -----------------------------------------------------------------------------
-# Hand-written: no maintained Python cmake parser fits (cmakelang/cmake-format: last release 2020;
-# parse_cmake: 2015; cmakeast: 2016; cmake-parser 0.9 is syntax only), and we need if() branch
-# conditions and set() resolution on top of the syntax anyway.
-
-ArgKind = Literal["unquoted", "quoted", "bracket", "paren"]
-
-
-@dataclass(frozen=True)
-class _Arg:
-    text: str
-    kind: ArgKind
-    line: int
-
-
-@dataclass(frozen=True)
-class _Command:
-    name: str  # lower-cased: cmake command names are case-insensitive
-    args: tuple[_Arg, ...]
-    line: int
-
-
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BRACKET_OPEN = re.compile(r"\[(=*)\[")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", ";": "\\;"}
-
-
-class _Scanner:
-    """Splits a cmake file into command invocations: name '(' args ')' with nested parens and quotes."""
-
-    def __init__(self, text: str, path: str) -> None:
-        self.text, self.path, self.pos, self.line = text, path, 0, 1
-
-    def commands(self) -> Iterator[_Command]:
-        while True:
-            self._skip_blank()
-            if self.pos >= len(self.text):
-                return
-            match = _IDENT.match(self.text, self.pos)
-            if match is None:
-                raise FileFormatError(self.path, self.line, f"expected a cmake command, found {self._snippet()!r}")
-            line = self.line
-            self._advance(match.end() - self.pos)
-            self._skip_blank(comments=False)
-            if self._peek() != "(":
-                raise FileFormatError(self.path, self.line, f"{match.group()} is not followed by '(': found {self._snippet()!r}")
-            self._advance(1)
-            yield _Command(name=match.group().lower(), args=self._arguments(match.group(), line), line=line)
-
-    def _arguments(self, name: str, start: int) -> tuple[_Arg, ...]:
-        args: list[_Arg] = []
-        depth = 1
-        while True:
-            self._skip_blank()
-            char = self._peek()
-            if char == "":
-                raise FileFormatError(self.path, start, f"{name}( is never closed: a ')' is missing")
-            if char in "()":
-                depth += 1 if char == "(" else -1
-                self._advance(1)
-                if depth == 0:
-                    return tuple(args)
-                args.append(_Arg(char, "paren", self.line))
-            elif char == '"':
-                args.append(self._quoted())
-            elif _BRACKET_OPEN.match(self.text, self.pos):
-                args.append(self._bracket())
-            else:
-                args.append(self._unquoted())
-
-    def _quoted(self) -> _Arg:
-        line, out = self.line, list[str]()
-        self._advance(1)
-        while True:
-            char = self._peek()
-            if char == "":
-                raise FileFormatError(self.path, line, "a quoted argument is never closed: a '\"' is missing")
-            self._advance(1)
-            if char == '"':
-                return _Arg("".join(out), "quoted", line)
-            if char == "\\":
-                escaped = self._peek()
-                self._advance(1)
-                if escaped != "\n":  # backslash-newline continues the line
-                    out.append(_ESCAPES.get(escaped, escaped))
-            else:
-                out.append(char)
-
-    def _bracket(self) -> _Arg:
-        line = self.line
-        match = _BRACKET_OPEN.match(self.text, self.pos)
-        assert match is not None
-        close = "]" + match.group(1) + "]"
-        end = self.text.find(close, match.end())
-        if end < 0:
-            raise FileFormatError(self.path, line, f"a bracket argument {match.group()} is never closed by {close}")
-        body = self.text[match.end():end]
-        self._advance(end + len(close) - self.pos)
-        return _Arg(body.removeprefix("\n"), "bracket", line)
-
-    def _unquoted(self) -> _Arg:
-        line, start = self.line, self.pos
-        while (char := self._peek()) and not char.isspace() and char not in '()#':
-            if char == "\\":
-                self._advance(2)
-            elif char == '"':  # legacy unquoted form, e.g. -DFOO="a b": the quotes belong to the argument
-                end = self.text.find('"', self.pos + 1)
-                if end < 0:
-                    raise FileFormatError(self.path, line, "a quoted part of an argument is never closed: a '\"' is missing")
-                self._advance(end + 1 - self.pos)
-            else:
-                self._advance(1)
-        return _Arg(self.text[start:self.pos], "unquoted", line)
-
-    def _skip_blank(self, comments: bool = True) -> None:
-        while self.pos < len(self.text):
-            char = self.text[self.pos]
-            if char.isspace():
-                self._advance(1)
-            elif char == "#" and comments:
-                self._comment()
-            else:
-                return
-
-    def _comment(self) -> None:
-        bracket = _BRACKET_OPEN.match(self.text, self.pos + 1)
-        if bracket:  # #[[ ... ]] spans lines
-            close = "]" + bracket.group(1) + "]"
-            end = self.text.find(close, bracket.end())
-            if end < 0:
-                raise FileFormatError(self.path, self.line, f"a bracket comment #{bracket.group()} is never closed by {close}")
-            self._advance(end + len(close) - self.pos)
-            return
-        end = self.text.find("\n", self.pos)
-        self._advance((len(self.text) if end < 0 else end) - self.pos)
-
-    def _peek(self) -> str:
-        return self.text[self.pos] if self.pos < len(self.text) else ""
-
-    def _advance(self, count: int) -> None:
-        self.line += self.text.count("\n", self.pos, self.pos + count)
-        self.pos += count
-
-    def _snippet(self) -> str:
-        return self.text[self.pos:self.pos + 40].split("\n", 1)[0]
-
-
-def _commands(text: str, path: str) -> list[_Command]:
-    return list(_Scanner(text, path).commands())
-
-
 # -- one file: if() branches, set() definitions, FetchContent calls ------------------------------
 
 BlockId = tuple[str, int]  # (file, line of its if())
@@ -267,11 +132,12 @@ class _Definition:
     name: str  # a variable, or ENV{X} for set(ENV{X} ...)
     value: str  # list elements joined with ';' as cmake does
     scope: _Scope
+    where: tuple[str, int] = ("", 0)  # file and line of the set(): where a bad value is fixed
 
 
 @dataclass(frozen=True)
 class _Fetch:
-    command: _Command
+    command: Command
     kind: Literal["declare", "populate"]
     scope: _Scope
     defs_before: int  # how many of the file's definitions precede it
@@ -307,14 +173,14 @@ _FETCH_COMMANDS: dict[str, Literal["declare", "populate"]] = {
 def _scan(text: str, file: str) -> _FileScan:
     scan = _FileScan(file=file)
     stack: list[_OpenIf] = []
-    for command in _commands(text, file):
+    for command in commands(text, file):
         name = command.name
         if name in ("if", "elseif", "else", "endif"):
             _branching(command, stack, scan)
             continue
         scope = tuple(open_if.branch for open_if in stack)
         if name == "set":
-            definition = _definition(command, scope)
+            definition = _definition(command, scope, file)
             if definition is not None:
                 scan.definitions.append(definition)
         elif name in _FETCH_COMMANDS:
@@ -324,7 +190,7 @@ def _scan(text: str, file: str) -> _FileScan:
     return scan
 
 
-def _branching(command: _Command, stack: list[_OpenIf], scan: _FileScan) -> None:
+def _branching(command: Command, stack: list[_OpenIf], scan: _FileScan) -> None:
     """Keep the stack of open if() blocks; each branch knows the condition elements that hold in it."""
     name, file = command.name, scan.file
     if name == "if":
@@ -350,7 +216,7 @@ def _branching(command: _Command, stack: list[_OpenIf], scan: _FileScan) -> None
         scan.blocks[top.block] = _Block(branches=top.branch.index + 1, has_else=top.has_else)
 
 
-def _definition(command: _Command, scope: _Scope) -> _Definition | None:
+def _definition(command: Command, scope: _Scope, file: str) -> _Definition | None:
     """set(NAME v...) [CACHE TYPE doc [FORCE]] [PARENT_SCOPE] -> NAME = 'v;...'."""
     args = [a for a in command.args if a.kind != "paren"]
     if not args or ("$" in args[0].text and not args[0].text.startswith("ENV{")):
@@ -361,10 +227,10 @@ def _definition(command: _Command, scope: _Scope) -> _Definition | None:
     cache = next((i for i, a in enumerate(values) if a.kind == "unquoted" and a.text == "CACHE"), None)
     if cache is not None:
         values = values[:cache]
-    return _Definition(name=args[0].text, value=";".join(a.text for a in values), scope=scope)
+    return _Definition(name=args[0].text, value=";".join(a.text for a in values), scope=scope, where=(file, command.line))
 
 
-def _render(args: Sequence[_Arg]) -> str:
+def _render(args: Sequence[Arg]) -> str:
     """An if() condition as text: quotes kept, no space inside parentheses."""
     out = ""
     for arg in args:
@@ -378,7 +244,7 @@ def _render(args: Sequence[_Arg]) -> str:
 def _wrap(condition: str) -> str:
     """Parenthesize a condition with a top-level AND/OR so joining with ' AND ' keeps its meaning."""
     depth, compound = 0, False
-    for token in _condition_tokens(condition):
+    for token in condition_tokens(condition):
         depth += {"(": 1, ")": -1}.get(token, 0)
         compound = compound or (depth == 0 and token in ("AND", "OR"))
     return f"({condition})" if compound else condition
@@ -395,6 +261,7 @@ class _Resolved:
     value: str
     scope: _Scope  # the use's scope plus the branches its definitions live in
     unresolved: tuple[str, ...] = ()
+    sources: tuple[tuple[str, int], ...] = ()  # (file, line) of every set() the value came through
 
 
 def _compatible(a: _Scope, b: _Scope) -> bool:
@@ -419,19 +286,20 @@ class _Resolver:
             literal = text[pos:ref.start()]
             pos = ref.end()
             key = f"ENV{{{ref.group(2)}}}" if ref.group(1) == "ENV" else ref.group(2)
-            variants = [e for v in variants for e in self._expand(_Resolved(v.value + literal, v.scope, v.unresolved),
+            variants = [e for v in variants for e in self._expand(_Resolved(v.value + literal, v.scope, v.unresolved, v.sources),
                                                                   key, ref.group(), chain, depth)]
-        return [_Resolved(v.value + text[pos:], v.scope, v.unresolved) for v in variants]
+        return [_Resolved(v.value + text[pos:], v.scope, v.unresolved, v.sources) for v in variants]
 
     def _expand(self, so_far: _Resolved, key: str, raw: str, chain: Sequence[_Definition], depth: int) -> list[_Resolved]:
         found = self._reaching(key, so_far.scope, chain) if depth < _MAX_DEPTH else []
         if not found:
-            return [_Resolved(so_far.value + raw, so_far.scope, so_far.unresolved + (key,))]
+            return [_Resolved(so_far.value + raw, so_far.scope, so_far.unresolved + (key,), so_far.sources)]
         out = []
         for index, definition in found:
             scope = _merge(so_far.scope, definition.scope)
             for sub in self.resolve(definition.value, scope, chain[:index], depth + 1):
-                out.append(_Resolved(so_far.value + sub.value, sub.scope, so_far.unresolved + sub.unresolved))
+                out.append(_Resolved(so_far.value + sub.value, sub.scope, so_far.unresolved + sub.unresolved,
+                                     so_far.sources + (definition.where,) + sub.sources))
         return out
 
     def _reaching(self, key: str, scope: _Scope, chain: Sequence[_Definition]) -> list[tuple[int, _Definition]]:
@@ -475,11 +343,11 @@ LOG_CONFIGURE LOG_BUILD LOG_INSTALL USES_TERMINAL_DOWNLOAD USES_TERMINAL_UPDATE 
 """.split())
 
 
-def _options(args: Sequence[_Arg]) -> tuple[_Arg | None, dict[str, list[_Arg]]]:
+def _options(args: Sequence[Arg]) -> tuple[Arg | None, dict[str, list[Arg]]]:
     """(the content name, {KEYWORD: its values}) of a FetchContent call."""
     plain = [a for a in args if a.kind != "paren"]
-    options: dict[str, list[_Arg]] = {}
-    current: list[_Arg] | None = None
+    options: dict[str, list[Arg]] = {}
+    current: list[Arg] | None = None
     for arg in plain[1:]:
         if arg.kind == "unquoted" and arg.text in _KEYWORDS:
             current = options.setdefault(arg.text, [])
@@ -488,7 +356,7 @@ def _options(args: Sequence[_Arg]) -> tuple[_Arg | None, dict[str, list[_Arg]]]:
     return (plain[0] if plain else None), options
 
 
-def _override(options: dict[str, list[_Arg]]) -> str | None:
+def _override(options: dict[str, list[Arg]]) -> str | None:
     """The variable a SOURCE_DIR-only declare reads: `$ENV{X_SRC_DIR}`, `X_SRC_DIR` or a literal path."""
     if "GIT_REPOSITORY" in options or "GIT_TAG" in options or "URL" in options or not options.get("SOURCE_DIR"):
         return None  # with a download, SOURCE_DIR is only where it lands
@@ -510,12 +378,23 @@ def _rows_for(fetch: _Fetch, file: str, chain: Sequence[_Definition], resolver: 
     name_arg, options = _options(fetch.command.args)
     if name_arg is None or not ("GIT_REPOSITORY" in options or "GIT_TAG" in options):
         return []  # FetchContent_Populate(name) of an earlier declare, or a SOURCE_DIR/URL-only call
-    name = resolver.resolve(name_arg.text, fetch.scope, chain)[0].value
+    _refuse_empty_options(fetch.command.args, options, file)
+    named = resolver.resolve(name_arg.text, fetch.scope, chain)[0]
+    name = named.value
+    if not named.unresolved:
+        _check_value(check_name, "FetchContent name", named, file, name_arg.line)
     rows = []
     for repo in _option_values(options, "GIT_REPOSITORY", fetch.scope, chain, resolver):
+        if "GIT_REPOSITORY" in options:
+            _check_value(_git_url, "GIT_REPOSITORY", repo, file, options["GIT_REPOSITORY"][0].line)
         for tag in _option_values(options, "GIT_TAG", repo.scope, chain, resolver):
+            if "GIT_TAG" in options:
+                _check_value(check_ref, "GIT_TAG", tag, file, options["GIT_TAG"][0].line)
             submodules, missing = _submodules(options, tag.scope, chain, resolver)
-            unresolved = list(dict.fromkeys(repo.unresolved + tag.unresolved + missing))
+            for path in submodules if not missing else []:
+                _check_value(check_relative_path, "GIT_SUBMODULES path", _Resolved(path, ()), file,
+                             options["GIT_SUBMODULES"][0].line)
+            unresolved = list(dict.fromkeys(named.unresolved + repo.unresolved + tag.unresolved + missing))
             rows.append(DepRow(
                 name=name, repository=repo.value or None, tag=tag.value or None, submodules=submodules,
                 condition=_condition(tag.scope), file=file, line=fetch.command.line,
@@ -524,14 +403,41 @@ def _rows_for(fetch: _Fetch, file: str, chain: Sequence[_Definition], resolver: 
     return rows
 
 
-def _option_values(options: dict[str, list[_Arg]], key: str, scope: _Scope, chain: Sequence[_Definition],
+def _git_url(kind: str, value: object) -> str:
+    return check_url(kind, value, KNOWN_SCHEMES)
+
+
+def _refuse_empty_options(args: Sequence[Arg], options: dict[str, list[Arg]], file: str) -> None:
+    """`GIT_TAG` or `GIT_REPOSITORY` followed by the next keyword (or `)`): cmake would fetch the default branch."""
+    for arg in args:
+        if arg.kind == "unquoted" and arg.text in ("GIT_REPOSITORY", "GIT_TAG") and not options.get(arg.text):
+            what = "the repository URL" if arg.text == "GIT_REPOSITORY" else "a tag or the full commit sha"
+            raise FileFormatError(file, arg.line, f"{arg.text} has no value: give {what} after it (a pin that names nothing "
+                                                  "fetches whatever the default branch is)")
+
+
+def _check_value(rule: Callable[[str, object], str], kind: str, value: _Resolved, file: str, line: int) -> None:
+    """A resolved pin held to its rule (names.py); refused at the set() it came from when there was one."""
+    if value.unresolved:
+        return  # reported as unresolved, never fetched
+    where = value.sources[-1] if len(value.sources) == 1 else (file, line)
+    try:
+        if not value.value:
+            raise NameRefused(f"{kind} resolves to an empty value")
+        rule(kind, value.value)
+    except NameRefused as exc:
+        via = f" (used by {file}:{line})" if where != (file, line) else ""
+        raise FileFormatError(where[0], where[1], f"{exc}{via}") from None
+
+
+def _option_values(options: dict[str, list[Arg]], key: str, scope: _Scope, chain: Sequence[_Definition],
                    resolver: _Resolver) -> list[_Resolved]:
     if not options.get(key):
         return [_Resolved("", scope)]
     return resolver.resolve(";".join(a.text for a in options[key]), scope, chain)
 
 
-def _submodules(options: dict[str, list[_Arg]], scope: _Scope, chain: Sequence[_Definition],
+def _submodules(options: dict[str, list[Arg]], scope: _Scope, chain: Sequence[_Definition],
                 resolver: _Resolver) -> tuple[list[str], tuple[str, ...]]:
     paths: list[str] = []
     unresolved: tuple[str, ...] = ()
@@ -546,16 +452,24 @@ def parse_tree(root: Path) -> list[DepRow]:
     """Every GIT_REPOSITORY/GIT_TAG pin of a vLLM tree: CMakeLists.txt, then each external project file.
 
     Variables set in the top-level CMakeLists.txt (e.g. CUTLASS_REVISION) reach every external
-    project file; a file's own set()s shadow them.
+    project file; a file's own set()s shadow them. Errors name files relative to `root`.
     """
     root = Path(root)
     top = root / "CMakeLists.txt"
     files = ([top] if top.is_file() else []) + sorted((root / EXTERNAL_PROJECTS).glob("*.cmake"))
     if not files:
         raise FileFormatError(root, None, f"not a vLLM source tree: no CMakeLists.txt and no {EXTERNAL_PROJECTS}/*.cmake")
-    scans = [_scan(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()) for f in files]
+    scans = [_scan(read_text(f, f.relative_to(root).as_posix()), f.relative_to(root).as_posix()) for f in files]
+    return _rows(scans, scans[0].definitions if top.is_file() else [])
+
+
+def parse_cmake(text: str, file: str) -> list[DepRow]:
+    """The pins of ONE cmake file on its own (no top-level variables reach it)."""
+    return _rows([_scan(text, file)], [])
+
+
+def _rows(scans: list[_FileScan], top_defs: list[_Definition]) -> list[DepRow]:
     resolver = _Resolver({k: v for scan in scans for k, v in scan.blocks.items()})
-    top_defs = scans[0].definitions if top.is_file() else []
     rows: list[DepRow] = []
     for scan in scans:
         inherited = [] if scan.file == "CMakeLists.txt" else top_defs
@@ -578,20 +492,6 @@ def _overrides(scan: _FileScan) -> dict[str, str]:
 
 # -- which rows a CUDA build fetches ---------------------------------------------------------------
 
-_UNARY = frozenset("DEFINED EXISTS COMMAND POLICY TARGET TEST IS_DIRECTORY IS_SYMLINK IS_ABSOLUTE IS_READABLE "
-                   "IS_WRITABLE IS_EXECUTABLE".split())
-_BINARY = frozenset("STREQUAL EQUAL LESS GREATER LESS_EQUAL GREATER_EQUAL STRLESS STRGREATER STRLESS_EQUAL "
-                    "STRGREATER_EQUAL MATCHES VERSION_EQUAL VERSION_LESS VERSION_GREATER VERSION_LESS_EQUAL "
-                    "VERSION_GREATER_EQUAL IN_LIST IS_NEWER_THAN PATH_EQUAL".split())
-_PLATFORM_COMPARISONS = frozenset({"STREQUAL", "MATCHES", "IN_LIST"})
-_ROCM = re.compile(r"(?<![A-Z0-9])(HIP|ROCM)")
-_CUDA = re.compile(r"(?<![A-Z0-9])CUDA")
-_COND_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[()]|[^\s()"]+')
-
-
-def _condition_tokens(condition: str) -> list[str]:
-    return _COND_TOKEN.findall(condition)
-
 
 def is_cuda_path(row: DepRow) -> bool:
     """False only when the row's condition selects ROCm/HIP (or excludes CUDA), evaluated for a CUDA build.
@@ -602,84 +502,8 @@ def is_cuda_path(row: DepRow) -> bool:
     """
     if not row.condition:
         return True
-    return _ConditionOnCuda(_condition_tokens(row.condition)).value() is not False
+    return condition_on_cuda(row.condition) is not False
 
-
-def _not(a: bool | None) -> bool | None:
-    return None if a is None else not a
-
-
-def _and(a: bool | None, b: bool | None) -> bool | None:
-    return False if a is False or b is False else (True if a and b else None)
-
-
-def _or(a: bool | None, b: bool | None) -> bool | None:
-    return True if a or b else (False if a is False and b is False else None)
-
-
-class _ConditionOnCuda:
-    """Recursive descent over cmake's if() grammar (OR < AND < NOT < comparisons), in Kleene logic."""
-
-    def __init__(self, tokens: list[str]) -> None:
-        self.tokens, self.i = tokens, 0
-
-    def value(self) -> bool | None:
-        result = self._or()
-        return result if self.i == len(self.tokens) else None  # a shape we do not read: unknown
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
-
-    def _next(self) -> str | None:
-        token = self._peek()
-        self.i += 1
-        return token
-
-    def _or(self) -> bool | None:
-        result = self._and()
-        while self._peek() == "OR":
-            self._next()
-            result = _or(result, self._and())
-        return result
-
-    def _and(self) -> bool | None:
-        result = self._not()
-        while self._peek() == "AND":
-            self._next()
-            result = _and(result, self._not())
-        return result
-
-    def _not(self) -> bool | None:
-        if self._peek() == "NOT":
-            self._next()
-            return _not(self._not())
-        return self._primary()
-
-    def _primary(self) -> bool | None:
-        token = self._next()
-        if token is None:
-            return None
-        if token == "(":
-            result = self._or()
-            if self._peek() == ")":
-                self._next()
-            return result
-        if token in _UNARY:
-            return _platform_atom(None, [self._next() or ""])
-        if self._peek() in _BINARY:
-            op = self._next()
-            return _platform_atom(op, [token, self._next() or ""])
-        return _platform_atom(None, [token])
-
-
-def _platform_atom(op: str | None, operands: list[str]) -> bool | None:
-    text = " ".join(o.strip('"') for o in operands).upper()
-    rocm, cuda = bool(_ROCM.search(text)), bool(_CUDA.search(text))
-    if op is None:  # a bare or DEFINED/EXISTS variable: only ROCm/HIP ones say anything about the platform
-        return False if rocm else None
-    if op not in _PLATFORM_COMPARISONS or rocm == cuda:
-        return None  # version and numeric checks do not pick a platform
-    return cuda
 
 
 # -- fetch-deps.sh gate list ---------------------------------------------------------------------
@@ -688,7 +512,7 @@ def _platform_atom(op: str | None, operands: list[str]) -> bool | None:
 def parse_gates(text: str, path: str) -> list[Gate]:
     """`gate NAME REPOSITORY TAG [SUBDIR...]` lines (backslash continuations joined); other bash is ignored."""
     gates = []
-    for number, line in _logical_lines(text):
+    for number, line in _logical_lines(check_utf8(text, path)):
         words = line.split()
         if not words or words[0] != "gate":
             continue
@@ -789,8 +613,25 @@ def diff_tables(previous_rows: Sequence[DepRow], rows: Sequence[DepRow]) -> Tabl
 
 
 def to_rows_json(rows: Sequence[DepRow]) -> list[dict[str, object]]:
-    """The table for the CLI and the asset metadata: name, repository, tag, submodules, condition."""
+    """The table for the CLI and the asset metadata: name, repository, tag, submodules, condition, and the
+    variables left unresolved (a row with any is never fetched: its `${VAR}` is kept in the value)."""
     return [
-        {"name": r.name, "repository": r.repository, "tag": r.tag, "submodules": list(r.submodules), "condition": r.condition}
+        {"name": r.name, "repository": r.repository, "tag": r.tag, "submodules": list(r.submodules), "condition": r.condition,
+         "unresolved": list(r.unresolved)}
         for r in rows
     ]
+
+
+def shown_variable(name: str) -> str:
+    """An unresolved variable as cmake writes it: `${NOPE}`, `$ENV{MYSTERY_OWNER}`."""
+    return f"${name}" if name.startswith("ENV{") else f"${{{name}}}"
+
+
+def unresolved_finding(rows: Sequence[DepRow]) -> Finding:
+    """Passes when every pin resolved; else names each `${VAR}` with its file:line (CUDA-path rows first)."""
+    open_rows = sorted((r for r in rows if r.unresolved), key=lambda r: not is_cuda_path(r))
+    if not open_rows:
+        return Finding(passed=True, description=f"all {len(rows)} cmake pins resolved to literal values")
+    return Finding(passed=False, description="cmake pins with unresolved variables (never fetched, never gated): " + "; ".join(
+        f"{r.file}:{r.line}: {r.name} " + ", ".join(shown_variable(v) for v in r.unresolved)
+        + ("" if is_cuda_path(r) else f" (only when {r.condition})") for r in open_rows))

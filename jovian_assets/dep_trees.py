@@ -3,33 +3,113 @@
 The scar (twice: build death): a clone materializes a vendored gitlink as an EMPTY directory, and a
 `[ -d ]` check passes on it. Here a gitlink counts as populated only when it holds a `.git` (its own
 checkout) or a checked-out tree.
+
+A dependency's `.gitmodules` is someone else's file: it is read by git's own config parser
+(`git config --file - --list -z`, no includes), so lockstep sees exactly the path and url that
+`git submodule` would (quoting, comments, escapes; a `%` in a URL is just a character), and each url
+and path is checked before it becomes a fetch or a directory. Every directory written here is
+resolved under its root first (names.under).
 """
 
 from __future__ import annotations
 
-import configparser
-from pathlib import Path
+import re
+import subprocess
+from pathlib import Path, PurePosixPath
 from urllib.parse import urljoin
 
+from pydantic import BaseModel
+
+from jovian_assets.inputs import check_utf8, path_under
 from jovian_assets.models import DepTree, Finding
-from resources.errors import LockstepError
+from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes
+from resources.names import KNOWN_SCHEMES, NameRefused, check_relative_path, check_url
 
 GITLINKS_POPULATED = "gitlinks_populated"
 MAX_DEPTH = 4
+_GIT_CONFIG_TIMEOUT_S = 30.0
+_BAD_LINE = re.compile(r"bad config line (\d+)")
+_HEADER = re.compile(r'^\s*\[\s*submodule\s+"((?:[^"\\]|\\.)*)"\s*\]', re.I)
 
 
-def submodule_urls(gitmodules_text: str, parent_url: str) -> dict[str, str]:
-    """`.gitmodules` path -> absolute URL (relative URLs resolve against the parent's URL, as git does)."""
-    parser = configparser.ConfigParser()
-    parser.read_string(gitmodules_text)
+class Submodule(BaseModel):
+    """One `[submodule "name"]` of a .gitmodules: its path in the tree and its url as written."""
+
+    name: str
+    path: str | None = None
+    url: str | None = None
+
+
+def _git_config_list(text: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "config", "--no-includes", "--file", "-", "--list", "-z"], input=text.encode("utf-8"),
+                          capture_output=True, timeout=_GIT_CONFIG_TIMEOUT_S, check=False)
+
+
+def _bad_line(text: str, stderr: str) -> int | None:
+    """The line git refused. git counts the newline that ends a broken line before it notices (an
+    unclosed `[submodule "x"` is reported on the NEXT line), so the line before is tried on its own."""
+    bad = _BAD_LINE.search(stderr)
+    if bad is None:
+        return None
+    line = int(bad.group(1))
+    if line > 1 and _git_config_list("\n".join(text.splitlines()[: line - 1]) + "\n").returncode != 0:
+        return line - 1
+    return line
+
+
+def read_gitmodules(text: str, path: str) -> list[Submodule]:
+    """The submodules of a `.gitmodules`, as git reads it; a line git refuses is a FileFormatError at that line."""
+    proc = _git_config_list(check_utf8(text, path))
+    if proc.returncode != 0:
+        stderr = proc.stderr.decode("utf-8", "replace").strip()
+        line = _bad_line(text, stderr)
+        lines = text.splitlines()
+        shown = lines[line - 1].strip() if line and line <= len(lines) else stderr
+        raise FileFormatError(path, line, f"git cannot read this line of a .gitmodules: {shown!r}")
+    found: dict[str, Submodule] = {}
+    for entry in proc.stdout.decode("utf-8").split("\0"):
+        key, _, value = entry.partition("\n")
+        section, _, rest = key.partition(".")
+        name, _, option = rest.rpartition(".")
+        if section != "submodule" or not name or option not in ("path", "url"):
+            continue
+        setattr(found.setdefault(name, Submodule(name=name)), option, value)
+    return list(found.values())
+
+
+def _line_of(text: str, name: str, option: str) -> int | None:
+    """The line of `option = ...` inside `[submodule "name"]` (the last one wins, as in git)."""
+    current, hit = None, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if header := _HEADER.match(line):
+            current = header.group(1).replace('\\"', '"').replace("\\\\", "\\")
+        elif current == name and re.match(rf"^\s*{option}\s*=", line, re.I):
+            hit = number
+    return hit
+
+
+def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodules") -> dict[str, str]:
+    """`.gitmodules` path -> absolute URL (relative URLs resolve against the parent's URL, as git does).
+
+    Each url must be a git URL of a known scheme (never an option, `ext::` or a bare path) and each
+    path a relative path inside the tree: otherwise FileFormatError names the line and the value."""
     urls = {}
-    for section in parser.sections():
-        if section.startswith("submodule") and parser.has_option(section, "path") and parser.has_option(section, "url"):
-            url = parser.get(section, "url")
-            if url.startswith(("./", "../")):
-                url = urljoin(parent_url.rstrip("/") + "/", url)
-            urls[parser.get(section, "path")] = url
+    for sub in read_gitmodules(gitmodules_text, path):
+        if sub.path is None or sub.url is None:
+            continue
+        url = sub.url
+        if url.startswith(("./", "../")):
+            url = urljoin(parent_url.rstrip("/") + "/", url)
+        try:
+            check_relative_path(f"submodule {sub.name!r} path", sub.path)
+        except NameRefused as exc:
+            raise FileFormatError(path, _line_of(gitmodules_text, sub.name, "path"), str(exc)) from None
+        try:
+            check_url(f"submodule {sub.name!r} url", url, KNOWN_SCHEMES)
+        except NameRefused as exc:
+            raise FileFormatError(path, _line_of(gitmodules_text, sub.name, "url"), str(exc)) from None
+        urls[sub.path] = url
     return urls
 
 
@@ -42,15 +122,19 @@ def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0)
     if not links or depth >= MAX_DEPTH:
         return links
     gitmodules = dest / ".gitmodules"
-    urls = submodule_urls(gitmodules.read_text(encoding="utf-8"), url) if gitmodules.exists() else {}
+    urls = submodule_urls(gitmodules.read_text(encoding="utf-8", errors="surrogateescape"), url, str(gitmodules)) \
+        if gitmodules.is_file() else {}
     found: dict[str, str] = {}
     for path, commit in links.items():
         found[path] = commit
         sub_url = urls.get(path)
         if sub_url is None:
             continue
+        sub_dest = path_under(dest, *PurePosixPath(path).parts, kind="gitlink path part")
         try:
-            nested = populate(git, url=sub_url, sha=commit, dest=dest / path, depth=depth + 1)
+            nested = populate(git, url=sub_url, sha=commit, dest=sub_dest, depth=depth + 1)
+        except FileFormatError:
+            raise  # a refused .gitmodules deeper down is named, not left as an empty dir
         except LockstepError:
             continue  # left empty: gitlinks_populated names it
         found.update({f"{path}/{p}": c for p, c in nested.items()})

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table
+from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table, rev_of
+from jovian_assets.inputs import inside
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
 from jovian_assets.node_build import (
     CHECKSUM_LABEL,
@@ -18,6 +19,7 @@ from jovian_assets.node_build import (
     NodeBuildFailed,
     NodeImage,
     expected_pins,
+    image_tag,
     inspect_image,
     parse_quality,
     parse_throughput,
@@ -46,14 +48,20 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
     jovian = _jovian(site)
     if config.spark is None or jovian.build_node is None:
         raise NodeBuildFailed(f"{config.path}: [spark] nodes and [jovian].build_node are needed to build on a node")
-    rev, node = context.partition_key, jovian.build_node
-    tag = jovian.image_tag.format(rev=rev)
+    rev, node = rev_of(context), jovian.build_node
+    tag = image_tag(jovian.image_tag, rev)
     # A fresh context dir per attempt; log and lock live beside it, never inside the shipped context.
     remote_dir = f"lockstep-builds/{rev}/{context.run.run_id[:8]}"
     started = time.monotonic()
+    # dep_trees wrote its root through path_under; the build only reads it. It may sit under another
+    # cache than this run's (adopted by one process, built by another), so only its shape is held here.
+    deps_root = Path(dep_trees.root)
+    if dep_trees.rev != rev or deps_root.parts[-3:] != ("jovian", rev, "deps"):
+        raise NodeBuildFailed(f"jovian/dep_trees says its trees for {dep_trees.rev!r} are at {dep_trees.root}, not "
+                              f".../jovian/{rev}/deps: re-run dep_trees for {rev}")
     with git.checkout(url=jovian.build_repo, sha=build_profile.build_commit) as build, tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "context"
-        checksum = stage_build_dir(build_checkout=build.path, jovian=jovian, deps_root=Path(dep_trees.root), dest=staged)
+        checksum = stage_build_dir(build_checkout=build.path, jovian=jovian, deps_root=deps_root, dest=staged)
         spark.put_tree(node=node, local_dir=staged, remote_dir=f"{remote_dir}/context")
     argv = ["flock", "../../../.build.lock", "env", f"TAG={tag}", f"PROFILE={rev}", f"BUILD_DIR_CHECKSUM={checksum}",
             *jovian.build_command]
@@ -196,8 +204,9 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
             f"- quality: **{score}** (baseline {lane.baseline_score}, tolerance {lane.tolerance})\n\n"
             f"## quality\n\n```\n{runs['quality'].strip()}\n```\n\n## perf\n\n```\n{runs['perf'].strip()}\n```\n")
     with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
-        (wt.path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (wt.path / rel).write_text(body, encoding="utf-8")
+        report = inside(wt.path, rel)
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(body, encoding="utf-8")
         git.commit_all(worktree=wt, message=f"bench: {lane.name} {image.rev} quality {score}",
                        author=config.site.commit_author, paths=[rel])
         commit = git.push_fast_forward(worktree=wt)

@@ -72,6 +72,28 @@ def manifest_checksum(root: Path) -> str:
     return digest.hexdigest()
 
 
+# docker's reference grammar for `name:tag` (distribution/reference): what `docker build -t` accepts.
+_IMAGE_NAME = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
+_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def image_tag(template: str, rev: str) -> str:
+    """The site's image tag template with the rev in it, refused unless docker would read it as one
+    `name:tag` (a value that starts with '-' or holds shell syntax never reaches the node)."""
+    try:
+        tag = template.format(rev=rev)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise NodeBuildFailed(f"[jovian].image_tag {template!r} is not a template with only {{rev}} in it: {exc!r}") from None
+    name, version = tag.rsplit(":", 1) if ":" in tag.rsplit("/", 1)[-1] else (tag, "latest")
+    first, _, rest = name.partition("/")
+    host, path = (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else ("", name)
+    if not (_IMAGE_NAME.fullmatch(path) and _IMAGE_TAG.fullmatch(version)
+            and (not host or re.fullmatch(r"[A-Za-z0-9.-]+(?::[0-9]+)?", host))):
+        raise NodeBuildFailed(f"image tag {tag!r} (from [jovian].image_tag {template!r} and rev {rev!r}) is not a docker "
+                              "name:tag: fix the site's image_tag")
+    return tag
+
+
 def stage_build_dir(*, build_checkout: Path, jovian: JovianSection, deps_root: Path | None, dest: Path) -> str:
     """The build context to ship: the build dir (versions.env, profiles/, build.sh, ...) plus the fetched
     dependency trees under deps/, without any .git links. Returns the manifest checksum."""

@@ -8,6 +8,7 @@ from jovian_assets.models import AdoptedLock
 from jovian_assets.source_lock import parse_source_lock
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.names import NameRefused, check_name
 from resources.secrets import redact
 from resources.site import JovianSection
 
@@ -40,12 +41,18 @@ def lab_locks(git: GitRemotes, jovian: JovianSection, *, lab_commit: str) -> lis
 def find_rev_lock(git: GitRemotes, jovian: JovianSection, *, lab_commit: str, rev: str) -> AdoptedLock:
     """The lock whose release.version is `rev` at `lab_commit`, fully parsed (errors name file:line)."""
     locks = lab_locks(git, jovian, lab_commit=lab_commit)
+    unreadable = "".join(f"\n  {entry.error}" for entry in locks if entry.error)
+    because = f"; these locks could not be read:{unreadable}" if unreadable else ""
+    try:
+        # A partition added by hand can hold anything; no parsed lock can, so say which lock was refused.
+        check_name("lab_revs partition", rev)
+    except NameRefused as exc:
+        raise LockstepError(f"{exc}: no source lock can publish it{because}") from None
     candidates = [entry for entry in locks if entry.rev == rev]
     if not candidates:
-        unreadable = "".join(f"\n  {entry.error}" for entry in locks if entry.error)
         raise LockstepError(
             f"no source lock with release.version={rev} under {jovian.lock_glob} at {redact(jovian.lab_repo)} @ {lab_commit[:12]}"
-            + (f"; these locks could not be read:{unreadable}" if unreadable else "")
+            + because
         )
     if len(candidates) > 1:
         raise LockstepError(f"rev {rev} is published twice: {', '.join(c.path for c in candidates)}; the lab must publish one lock per rev")

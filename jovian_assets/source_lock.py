@@ -5,6 +5,10 @@ names are not the contract (the LMCache lock's branch was renamed upstream withi
 abbreviated sha or a branch name where a sha belongs is an error naming file:line, never a guess.
 Keys the parser does not model (`runtime.*`, `flashkda.*`, `flashinfer.*`, `input.*.sha256`, ...)
 are pins and facts too: they are kept verbatim, in file order.
+
+The lab is an outside party: `release.version` becomes a partition key, a file name
+(`profiles/<rev>.env`) and a docker tag, and each `P.repository` a git argument, so both are held
+to resources/names.py's rules here, where they enter, with the line and the value.
 """
 
 from __future__ import annotations
@@ -14,14 +18,21 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from jovian_assets.inputs import check_utf8, name_at, url_at
 from resources.errors import FileFormatError
 
 FORMAT = "local-inference-source-lock/v1"
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
-# Keys whose value is a git object id (commit or tree): `P.commit`, `P.tree`, `P.package.tree`,
-# `flashkda.base.commit`, `vllm.native.csrc.tree`, ...
-_SHA_SUFFIXES = (".commit", ".tree")
+# P.version: a PEP 440 version's characters only; it becomes a pretend version in the profile and a
+# pattern in the boot gates, so shell and regex syntax never ride along.
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,127}")
+# Keys whose value is a git object id (commit, tree or blob): `P.commit`, `P.tree`, `P.package.tree`,
+# `flashkda.base.commit`, `vllm.native.csrc.tree`, `vllm.native.cmakelists.blob`, ...
+_SHA_SUFFIXES = (".commit", ".tree", ".blob")
+# Keys whose value is a sha256 digest: `P.bundle.sha256`, `flashkda.patch.sha256`, `input.*.sha256`, ...
+_SHA256_SUFFIX = ".sha256"
 
 
 class LockedPackage(BaseModel):
@@ -57,15 +68,18 @@ def parse_source_lock(text: str, path: str, *, required: Sequence[str] = ()) -> 
 
     `required` names packages (e.g. vllm, b12x, lmcache) that must be in the lock.
     """
-    keys, lines = _read_pairs(text, path)
+    keys, lines = _read_pairs(check_utf8(text, path), path)
     for key, value in keys.items():
         if key.endswith(_SHA_SUFFIXES):
             _check_full_sha(path, lines[key], key, value)
+        elif key.endswith(_SHA256_SUFFIX):
+            _check_sha256(path, lines[key], key, value)
     rev = keys.get("release.version")
     if rev is None:
         raise FileFormatError(path, None, "no release.version key: it names the rev (e.g. release.version=r35)")
     if not rev.strip():
         raise FileFormatError(path, lines["release.version"], "release.version is empty: it names the rev (e.g. r35)")
+    name_at(path, lines["release.version"], "release.version", rev)
     packages = _packages(keys, lines, path)
     for name in required:
         _check_required(name, keys, lines, path)
@@ -148,6 +162,13 @@ def _check_full_sha(path: str, line: int, key: str, value: str) -> None:
     )
 
 
+def _check_sha256(path: str, line: int, key: str, value: str) -> None:
+    if not SHA256.fullmatch(value):
+        raise FileFormatError(
+            path, line, f"{key}={value!r} is not a sha256 digest: 64 lower-case hex digits, as `sha256sum` prints them",
+        )
+
+
 def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[str, LockedPackage]:
     """Every prefix P with both P.repository and P.commit, in the file order of P.repository."""
     packages: dict[str, LockedPackage] = {}
@@ -163,6 +184,14 @@ def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[st
             raise FileFormatError(
                 path, lines[commit_key],
                 f"package {name} has {commit_key} but no {tree_key}: every package pins the tree hash of its commit next to the commit",
+            )
+        url_at(path, lines[key], key, keys[key])
+        version_key = f"{name}.version"
+        if version_key in keys and not _VERSION.fullmatch(keys[version_key]):
+            raise FileFormatError(
+                path, lines[version_key],
+                f"{version_key}={keys[version_key]!r} is not a package version: letters, digits and . + ! _ - only "
+                "(PEP 440, e.g. 0.26.1rc0+glm53.r35.vllmde982a50)",
             )
         packages[name] = LockedPackage(
             name=name, repository=keys[key], commit=keys[commit_key], tree=keys[tree_key],

@@ -311,19 +311,36 @@ def lab_lock(path: Path) -> None:
     """Print a `<rev>.source.lock` parsed, as JSON: packages (repository, commit, tree, ...) and every other key."""
     import json
 
+    from jovian_assets.inputs import read_text
     from jovian_assets.source_lock import parse_source_lock, to_json
 
-    lock = _guard(lambda: parse_source_lock(path.read_text(encoding="utf-8"), str(path)))
+    lock = _guard(lambda: parse_source_lock(read_text(path), str(path)))
     click.echo(json.dumps(to_json(lock), indent=2))
 
 
 @lab.command("dep-table")
 @click.argument("tree", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def lab_dep_table(tree: Path) -> None:
-    """Print the cmake dependency table of a vLLM source tree (a checkout or an unpacked sdist) as JSON rows."""
+    """Print the cmake dependency table of a vLLM source tree (a checkout or an unpacked sdist) as JSON rows.
+
+    A row whose repository or tag holds a variable nothing sets keeps the `${VAR}` in its value, lists
+    it under "unresolved", and is named on stderr with its file:line (lockstep never fetches it)."""
     import json
 
-    from jovian_assets.dep_table import parse_tree, to_rows_json
+    from jovian_assets.dep_table import parse_tree, shown_variable, to_rows_json
+    from resources.errors import FileFormatError
 
-    rows = _guard(lambda: parse_tree(tree))
+    def parse():  # type: ignore[no-untyped-def]
+        try:
+            return parse_tree(tree)
+        except FileFormatError as exc:  # the parser names files inside the tree; say where the tree is
+            if Path(exc.path) == tree:
+                raise
+            raise FileFormatError(tree / exc.path, exc.line, exc.message) from None
+
+    rows = _guard(parse)
     click.echo(json.dumps(to_rows_json(rows), indent=2))
+    for row in rows:
+        if row.unresolved:
+            click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved "
+                       + ", ".join(shown_variable(v) for v in row.unresolved), err=True)

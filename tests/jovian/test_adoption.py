@@ -37,7 +37,7 @@ def test_new_lab_rev_one_tick_one_run_then_all_five_assets_green(lab: Lab) -> No
     result = lab.adopt("r28", tags=request.tags)
     assert result.success, failure_message(result)
     assert done(result) == ALL
-    assert all(e.passed for e in checks(result).values()) and len(checks(result)) == 8
+    assert all(e.passed for e in checks(result).values()) and len(checks(result)) == 9
 
     profile = remote_file(lab.build_repo, f"{BUILD_DIR}/profiles/r28.env", BUILD_BRANCH)
     assert f"VLLM_COMMIT={rev.pins['vllm']}" in profile and f"B12X_COMMIT={rev.pins['b12x']}" in profile

@@ -20,6 +20,7 @@ from jovian_assets.dep_table import (
     parse_gates,
     parse_tree,
     to_rows_json,
+    unresolved_finding,
 )
 from resources.errors import FileFormatError
 
@@ -163,6 +164,7 @@ def test_to_rows_json_is_plain_json_with_the_cli_keys() -> None:
         "name": "deepgemm", "repository": "https://github.com/deepseek-ai/DeepGEMM.git",
         "tag": "8b1392b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5",
         "submodules": ["third-party/cutlass", "third-party/deep_jit"], "condition": "NOT (DEEPGEMM_SRC_DIR)",
+        "unresolved": [],
     }
 
 
@@ -371,3 +373,43 @@ def test_table_diff_of_a_tree_with_itself_is_empty_and_rows_json_round_trips() -
     # the asset rebuilds the previous rev's rows from rows_json: the diff must still key the same way
     again = [DepRow(file="", line=0, **r) for r in to_rows_json(rows)]  # type: ignore[arg-type]
     assert diff_tables(again, rows).model_dump() == {"added": [], "moved": [], "removed": []}
+
+
+# -- outside values held to their rules; unresolved variables named ----------------------------------
+
+
+def test_unresolved_variables_are_a_failed_finding_naming_file_line_and_variable() -> None:
+    finding = unresolved_finding(rows_of("unresolved"))
+    assert not finding.passed
+    assert f"{EP}/mystery.cmake:1: mystery $ENV{{MYSTERY_OWNER}}, ${{NOPE}}" in finding.description
+    assert unresolved_finding(rows_of("rev_a")).passed
+
+
+def test_lab_dep_table_cli_marks_unresolved_rows_in_json_and_on_stderr() -> None:
+    from click.testing import CliRunner
+
+    from lockstep.cli import main
+
+    tree = SAMPLES / "unresolved"
+    out = CliRunner().invoke(main, ["lab", "dep-table", str(tree)])
+    assert out.exit_code == 0
+    assert json.loads(out.stdout)[0]["unresolved"] == ["ENV{MYSTERY_OWNER}", "NOPE"]
+    assert f"{tree}/{EP}/mystery.cmake:1: mystery: unresolved $ENV{{MYSTERY_OWNER}}, ${{NOPE}}" in out.stderr
+
+
+def test_a_pin_from_a_top_level_set_is_refused_at_that_set(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "CMakeLists.txt": 'project(vllm)\nset(CUTLASS_REVISION "--upload-pack=x")\n',
+        f"{EP}/cutlass.cmake": "FetchContent_Declare(cutlass\n  GIT_REPOSITORY https://github.com/NVIDIA/cutlass.git\n"
+                               "  GIT_TAG ${CUTLASS_REVISION})\n",
+    })
+    with pytest.raises(FileFormatError) as info:
+        parse_tree(root)
+    assert (info.value.path, info.value.line) == ("CMakeLists.txt", 2)
+    assert "'--upload-pack=x' is not a valid git ref name" in info.value.message and f"{EP}/cutlass.cmake:3" in info.value.message
+
+
+def test_a_well_formed_tree_still_parses_with_every_rule_applied() -> None:
+    for tree in ("literal_pair", "populate", "rev_a", "rev_b", "rocm_branches", "same_file_set", "src_dir_override",
+                 "submodules", "top_level_var"):
+        assert rows_of(tree), tree

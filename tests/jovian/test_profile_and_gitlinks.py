@@ -128,3 +128,38 @@ def test_a_fork_from_another_owner_moves_its_repo_url_with_its_commit_when_versi
     # A versions.env that pins no URLs is not an error: the commit alone moves.
     diff, unknown = plan_profile(lock, {"B12X_COMMIT": ("0" * 40, 1)}, {"b12x.commit": "B12X_COMMIT"}, DEFAULT_REPOSITORY_KEYS)
     assert not unknown and [d.key for d in diff] == ["B12X_COMMIT"]
+
+
+def test_env_values_are_read_as_bash_assigns_them() -> None:
+    text = ("A='12.1a 12.0'\nB=\"x y\"\nC=plain # a comment\nD=\nE=a#b\nexport F='$literal'\nG=a\\ b\n")
+    assert {k: v for k, (v, _) in parse_env(text, "versions.env").items()} == {
+        "A": "12.1a 12.0", "B": "x y", "C": "plain", "D": "", "E": "a#b", "F": "$literal", "G": "a b"}
+
+
+def test_profile_values_are_shell_quoted_and_read_back_exactly() -> None:
+    from jovian_assets.models import ProfileDiff
+    from jovian_assets.profile import render_profile
+
+    odd = "https://h/o/$(id)`x`;y.git"  # a URL check lets this through; the profile must keep it a literal
+    diff = [ProfileDiff(key="VLLM_REPO", base="x", profile=odd), ProfileDiff(key="VLLM_COMMIT", base="x", profile="a" * 40)]
+    text = render_profile(rev="r35", lab_commit="c" * 40, lock_path="locks/r35\nVLLM_COMMIT=evil.source.lock", diff=diff)
+    env = parse_env(text, "profiles/r35.env")
+    assert env["VLLM_REPO"][0] == odd and env["VLLM_COMMIT"][0] == "a" * 40
+    assert f"VLLM_COMMIT={'a' * 40}\n" in text  # plain pins are written as they are
+    assert len(env) == 2  # a newline in the lock's path did not become a profile line
+
+
+def test_a_recipe_that_cannot_be_read_fails_the_recipes_check_naming_file_and_line(tmp_path: Path) -> None:
+    from jovian_assets.adoption_assets import _recipe_finding
+
+    (tmp_path / "recipes/x").mkdir(parents=True)
+    (tmp_path / "recipes/x/recipe.toml").write_text('name = "x"\nbuild_profile = 42\n')
+    finding = _recipe_finding(tmp_path, "recipes/x/recipe.toml")
+    assert finding is not None and not finding.passed
+    assert finding.description == "recipes/x/recipe.toml:2: build_profile must be text, got int 42"
+
+
+def test_gitmodules_is_read_as_git_reads_it() -> None:
+    text = ('# vendored\n[submodule "csrc/cutlass"]\n\tpath = csrc/cutlass\n\turl = "https://h/o/cutlass.git" ; pinned\n'
+            '[submodule "x"]\n\tpath = x\n\tURL = ../x.git\n')
+    assert submodule_urls(text, "https://h/o/flashmla.git") == {"csrc/cutlass": "https://h/o/cutlass.git", "x": "https://h/o/x.git"}

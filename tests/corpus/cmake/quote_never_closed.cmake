@@ -1,0 +1,6 @@
+# expect: line=4 value=quoted argument
+FetchContent_Declare(
+  qutlass
+  GIT_REPOSITORY "https://github.com/IST-DASLab/qutlass.git
+  GIT_TAG e74319e3a1b2c3d4e5f60718293a4b5c6d7e8f90
+)
