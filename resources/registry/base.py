@@ -7,8 +7,8 @@ primitives; everything a caller uses is here, so both backends behave the same.
 from __future__ import annotations
 
 import contextlib
-import json
 import io
+import json
 import re
 from abc import abstractmethod
 from collections.abc import Iterable
