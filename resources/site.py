@@ -12,7 +12,7 @@ import hashlib
 import os
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -92,6 +92,18 @@ def _repo_url(value: str) -> str:
     """A repository URL's shape (never an option, a remote helper or a bare path); whether its scheme
     is one this site allows is SiteConfig's check, which sees [site] url_schemes."""
     return check_url("repository URL", value, KNOWN_SCHEMES)
+
+
+def _checked(check: Callable[[str, object], str], kind: str) -> AfterValidator:
+    return AfterValidator(lambda value: check(kind, value))
+
+
+# Outside names as field types: each key is checked by its kind's rule in resources/names.py.
+RepoUrl = Annotated[str, AfterValidator(_repo_url)]
+Branch = Annotated[str, _checked(check_ref, "branch")]
+RepoPath = Annotated[str, _checked(check_relative_path, "path")]
+PackageName = Annotated[str, _checked(check_name, "package name")]
+NodeName = Annotated[str, _checked(check_name, "node name")]
 
 
 class SiteSection(_Table):
@@ -230,15 +242,17 @@ class IrisSection(_Table):
 class TpuSection(_Table):
     """``[tpu]``: the harbor fork, the consumer repo that locks it, and the image it builds."""
 
-    harbor_repo: str
-    harbor_branch: str
-    harbor_package: str = "harbor"
-    consumer_repo: str
-    consumer_branch: str
-    dockerfile: str = "docker/Dockerfile.tpu"
-    build_script: str = "docker/build_tpu_kaniko.sh"
-    image: str = Field(description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent")
-    floating_tag: str = Field(default="tpu", description="The tag other users pull; moved only by promote/rollback.")
+    harbor_repo: RepoUrl
+    harbor_branch: Branch
+    harbor_package: PackageName = "harbor"
+    consumer_repo: RepoUrl
+    consumer_branch: Branch
+    dockerfile: RepoPath = "docker/Dockerfile.tpu"
+    build_script: RepoPath = "docker/build_tpu_kaniko.sh"
+    image: Annotated[str, _checked(check_image_repository, "image")] = Field(
+        description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent")
+    floating_tag: Annotated[str, _checked(check_oci_tag, "floating tag")] = Field(
+        default="tpu", description="The tag other users pull; moved only by promote/rollback.")
     site_packages: str = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
     smoke_command: list[str] = Field(
         default_factory=lambda: [
@@ -257,36 +271,6 @@ class TpuSection(_Table):
     auto_promote: StrictBool = Field(default=False, description="Promote each newly verified build (never while on hold).")
     owners: Owners | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
 
-    @field_validator("harbor_repo", "consumer_repo")
-    @classmethod
-    def _repo(cls, value: str) -> str:
-        return _repo_url(value)
-
-    @field_validator("harbor_branch", "consumer_branch")
-    @classmethod
-    def _branch(cls, value: str) -> str:
-        return check_ref("branch", value)
-
-    @field_validator("dockerfile", "build_script")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        return check_relative_path("path", value)
-
-    @field_validator("harbor_package")
-    @classmethod
-    def _package(cls, value: str) -> str:
-        return check_name("package name", value)
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        return check_image_repository("image", value)
-
-    @field_validator("floating_tag")
-    @classmethod
-    def _floating_tag(cls, value: str) -> str:
-        return check_oci_tag("floating tag", value)
-
 
 DEFAULT_VERSIONS_KEYS = {
     "vllm.commit": "VLLM_COMMIT", "vllm.tree": "VLLM_TREE", "vllm.version": "VLLM_PRETEND_VERSION",
@@ -303,14 +287,14 @@ DEFAULT_REPOSITORY_KEYS = {"vllm.repository": "VLLM_REPO", "b12x.repository": "B
 class JovianSection(_Table):
     """``[jovian]``: the lab's source locks, the engine forks they pin, and the build repo that adopts them."""
 
-    lab_repo: str
-    lab_branch: str = "master"
+    lab_repo: RepoUrl
+    lab_branch: Branch = "master"
     lock_glob: str = Field(default="models/glm-5.3-flash/**/*.source.lock", description="Source locks in the lab repo.")
-    build_repo: str = Field(description="The docker-images repo.")
-    build_branch: str = "main"
-    build_dir: str = Field(default="jovian-judgement", description="In the build repo: versions.env, fetch-deps.sh, profiles/.")
+    build_repo: RepoUrl = Field(description="The docker-images repo.")
+    build_branch: Branch = "main"
+    build_dir: Annotated[str, _checked(check_relative_path, "build_dir")] = Field(default="jovian-judgement", description="In the build repo: versions.env, fetch-deps.sh, profiles/.")
     recipes_glob: str = Field(default="recipes/*/recipe.toml", description="Recipe TOML files in the build repo.")
-    packages: list[str] = Field(default_factory=lambda: ["vllm", "b12x", "lmcache"], description="Engine forks audited as one cut.")
+    packages: list[PackageName] = Field(default_factory=lambda: ["vllm", "b12x", "lmcache"], description="Engine forks audited as one cut.")
     integration_branches: dict[str, str] = Field(
         default_factory=lambda: {"vllm": "integration/*", "b12x": "integration/*", "lmcache": "*"},
         description="Per package, a glob of the fork's integration branch names (ls-remote pattern).",
@@ -323,8 +307,8 @@ class JovianSection(_Table):
         default_factory=lambda: dict(DEFAULT_REPOSITORY_KEYS),
         description="Source-lock repository key -> versions.env key; applied only where versions.env has that key.",
     )
-    cmake_package: str = Field(default="vllm", description="The package whose tree declares the cmake deps.")
-    build_node: str | None = Field(default=None, description="The [[spark.nodes]] name that builds images.")
+    cmake_package: PackageName = Field(default="vllm", description="The package whose tree declares the cmake deps.")
+    build_node: NodeName | None = Field(default=None, description="The [[spark.nodes]] name that builds images.")
     image_tag: str = Field(default="jovian-judgement:{rev}-glm53", description="Image tag; {rev} is the lab rev.")
     build_command: list[str] = Field(default_factory=lambda: ["bash", "build.sh"], description="Run in the shipped build dir with TAG and PROFILE set.")
     build_timeout_s: float = Field(default=4 * 3600.0, gt=0)
@@ -332,36 +316,6 @@ class JovianSection(_Table):
     boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
     lane: LaneSection | None = None
     owners: Owners | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
-
-    @field_validator("lab_repo", "build_repo")
-    @classmethod
-    def _repo(cls, value: str) -> str:
-        return _repo_url(value)
-
-    @field_validator("lab_branch", "build_branch")
-    @classmethod
-    def _branch(cls, value: str) -> str:
-        return check_ref("branch", value)
-
-    @field_validator("build_dir")
-    @classmethod
-    def _build_dir(cls, value: str) -> str:
-        return check_relative_path("build_dir", value)
-
-    @field_validator("packages")
-    @classmethod
-    def _packages(cls, value: list[str]) -> list[str]:
-        return [check_name("package name", p) for p in value]
-
-    @field_validator("cmake_package")
-    @classmethod
-    def _cmake_package(cls, value: str) -> str:
-        return check_name("package name", value)
-
-    @field_validator("build_node")
-    @classmethod
-    def _build_node(cls, value: str | None) -> str | None:
-        return None if value is None else check_name("node name", value)
 
     @field_validator("versions_keys", "repository_keys")
     @classmethod
@@ -382,18 +336,13 @@ class SparkNode(_Table):
     """One DGX Spark node. `ssh` nodes are reached with paramiko; `local` nodes run commands on this
     machine in their own directory (`root`, relative to the site file), with `root/bin` first on PATH."""
 
-    name: str
+    name: NodeName
     transport: Literal["ssh", "local"] = "ssh"
     host: str = ""
     port: int = Field(default=22, gt=0, lt=65536)
     user: str = Field(default="", description="Login name; empty: the user lockstep runs as (as ssh does).")
     root: str = ""
     roles: list[Literal["build", "lane"]] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return check_name("node name", value)
 
     @field_validator("host")
     @classmethod
@@ -466,18 +415,8 @@ DEFAULT_BOOT_GATES = [
 class LaneSection(_Table):
     """``[jovian.lane]``: the nodes that serve a rev, and the bench that gates it."""
 
-    name: str = "glm53-2x"
-    nodes: list[str]
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return check_name("lane name", value)
-
-    @field_validator("nodes")
-    @classmethod
-    def _nodes(cls, value: list[str]) -> list[str]:
-        return [check_name("node name", n) for n in value]
+    name: Annotated[str, _checked(check_name, "lane name")] = "glm53-2x"
+    nodes: list[NodeName]
     bench_quality: list[str] = Field(
         default_factory=lambda: ["tool-eval-bench", "--hardmode", "--seed", "42"], description="Quality run (fixed seed).")
     bench_perf: list[str] = Field(
