@@ -13,19 +13,10 @@ import re
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from resources.errors import FileFormatError, LockstepError
+from resources.errors import FileFormatError, LockstepError, decode_utf8
 from resources.names import KNOWN_SCHEMES, NameRefused, PathEscape, check_name, check_url, under
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-
-
-def decode_utf8(raw: bytes, path: str | Path) -> str:
-    """`raw` as text, or FileFormatError at the line of the first byte that is not UTF-8."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise FileFormatError(path, line, f"not UTF-8 (byte {raw[exc.start]:#04x}): save the file as UTF-8") from None
 
 
 def read_text(path: Path, shown: str | Path | None = None) -> str:
@@ -39,7 +30,7 @@ def check_utf8(text: str, path: str | Path) -> str:
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
         byte = ord(bad.group()) - 0xDC00
-        raise FileFormatError(path, line, f"not UTF-8 (byte {byte:#04x}): save the file as UTF-8")
+        raise FileFormatError(path, line, f"not UTF-8 text (byte {byte:#04x}): save the file as UTF-8")
     return text
 
 

@@ -21,3 +21,12 @@ class FileFormatError(LockstepError):
         self.message = message
         where = f"{self.path}:{line}" if line else self.path
         super().__init__(f"{where}: {message}")
+
+
+def decode_utf8(raw: bytes, path: str | Path) -> str:
+    """`raw` as text, or a FileFormatError at the line of the first byte that is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FileFormatError(path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x}): save the file as UTF-8") from None

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from resources.errors import FileFormatError, LockstepError
+from resources.errors import FileFormatError, LockstepError, decode_utf8
 from resources.iris_output import IRIS_NAME
 from resources.names import (
     DEFAULT_SCHEMES,
@@ -610,11 +610,7 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
         )
         raise LockstepError(f"{site_path}: no site file here ({hint})")
     raw = site_path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise FileFormatError(site_path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
+    text = decode_utf8(raw, site_path)
     data = load_toml(site_path, text)
     try:
         config = SiteConfig.model_validate(data)

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from resources.errors import FileFormatError, LockstepError
+from resources.errors import FileFormatError, LockstepError, decode_utf8
 from resources.names import KNOWN_SCHEMES, NameRefused, check_url
 from resources.secrets import redact
 from resources.tomlfile import key_line, load_toml
@@ -94,7 +94,7 @@ class UvLock(BaseModel):
         """Parse a uv.lock (its bytes or text; read from `path` when not given). Every git source is
         checked here, so a bad one is refused with its line before anything relies on it."""
         raw = path.read_bytes() if text is None else text
-        text = _decode(path, raw) if isinstance(raw, bytes) else raw
+        text = decode_utf8(raw, path) if isinstance(raw, bytes) else raw
         data = load_toml(path, text)
         if "version" not in data:
             raise FileFormatError(path, 1, "not a uv.lock (no top-level `version`)")
@@ -133,14 +133,6 @@ class UvLock(BaseModel):
                 f"{name} comes from a {kind} source, not git: add it to [tool.uv.sources] as a git branch",
             )
         return pkg, src
-
-
-def _decode(path: Path, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise FileFormatError(path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
 
 
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:

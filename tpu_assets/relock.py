@@ -10,7 +10,7 @@ import difflib
 import re
 from pathlib import Path
 
-from resources.errors import FileFormatError, LockstepError
+from resources.errors import FileFormatError, LockstepError, decode_utf8
 from resources.git import GitRemotes, Worktree
 from resources.names import PathEscape, under
 from resources.secrets import redact
@@ -78,11 +78,7 @@ def in_checkout(wt: Path, relative: str) -> Path:
 
 
 def _text(path: Path, shown: str) -> str:
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileFormatError(shown, raw[: exc.start].count(b"\n") + 1, f"not UTF-8 text (byte {raw[exc.start]:#04x})") from None
+    return decode_utf8(path.read_bytes(), shown)
 
 
 def read_state(wt: Path, tpu: TpuSection) -> tuple[UvLock, GitSource, HarborPin, str, int]:
