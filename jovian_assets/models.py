@@ -86,3 +86,32 @@ class DepTrees(BaseModel):
     rev: str
     root: str
     trees: list[DepTree]
+
+
+class ServedImage(BaseModel):
+    """What a lane serves: the running container's image as `docker inspect` reports it."""
+
+    rev: str | None  # None when the lane served an image lockstep did not boot
+    tag: str
+    image_id: str
+    container: str
+
+
+class LaneServing(BaseModel):
+    """`jovian/lane_serving`: a rev's image booted on the lane, serving, and proven to be the built image.
+
+    The bench targets `base_url` on `bench_node` (the endpoint is local to that node); the report names
+    `image_id`. If the quality gate fails, the lane goes back to `previous`."""
+
+    rev: str
+    lane: str
+    tag: str
+    image_id: str  # of the running container, equal to jovian/distributed_image's
+    nodes: dict[str, str]  # lane node -> image ID of the container running there
+    bench_node: str
+    base_url: str  # e.g. http://127.0.0.1:8000, as seen from bench_node
+    model: str  # the name `/v1/models` lists
+    container: str
+    warm: bool  # the node's JIT cache was populated before this start
+    seconds_to: dict[str, float] = Field(default_factory=dict)  # readiness mark -> seconds after the start
+    previous: ServedImage | None = None
