@@ -19,6 +19,7 @@ import hashlib
 from pathlib import Path
 
 BOOK_URL = "http://127.0.0.1/lockstep-sandbox-book.txt"  # never fetched: the cache file answers for it
+TOKENIZER_DIR = "llama-benchy-tokenizer"  # in the node's home
 WORDS = 512
 
 

@@ -29,6 +29,8 @@ from pydantic import BaseModel, Field
 from resources.errors import LockstepError
 from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
+from sandbox.bench_offline import BOOK_URL as BENCH_BOOK_URL
+from sandbox.bench_offline import TOKENIZER_DIR as BENCH_TOKENIZER
 
 if TYPE_CHECKING:
     from sandbox.world import Sandbox
@@ -534,18 +536,24 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
     return w
 
 
-# The sandbox lane and its bench gate: the simulated tool-eval-bench scores a little above this
-# baseline by default (sandbox/fake_bench.py: 71.6), and can be told to score low.
+# The sandbox lane and its bench: the real tool-eval-bench and llama-benchy (.tools/bench, on the nodes' PATH)
+# against sandbox/model_server.py. `--short` (15 scenarios) and a small perf run keep a sandbox night short;
+# llama-benchy reads the tokenizer and book sandbox/bench_offline.py left in the node's home (no internet).
 LANE = "glm53-2x"
 BUILD_NODE = "spark-build"
 LANE_NODES = ["spark-a", "spark-b"]
-BASELINE_SCORE = 70.5
 TOLERANCE = 1.0
+BENCH_QUALITY = ["tool-eval-bench", "run", "--short", "--seed", "{seed}", "--base-url", "{base_url}", "--model", "{model}",
+                 "--no-live", "--json-file", "{out}"]
+BENCH_PERF = ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}", "--tokenizer", "home/" + BENCH_TOKENIZER,
+              "--book-url", BENCH_BOOK_URL, "--pp", "64", "--tg", "8", "--runs", "1", "--concurrency", "1", "2",
+              "--latency-mode", "none", "--skip-coherence", "--format", "json", "--save-result", "{out}"]
 
 
 def lane_section() -> LaneSection:
-    """The site's [jovian.lane]: the two lane nodes of the sandbox and their quality baseline."""
-    return LaneSection(name=LANE, nodes=list(LANE_NODES), baseline_score=BASELINE_SCORE, tolerance=TOLERANCE)
+    """The site's [jovian.lane]: the two lane nodes of the sandbox and their bench commands."""
+    return LaneSection(name=LANE, nodes=list(LANE_NODES), bench_quality=BENCH_QUALITY, bench_perf=BENCH_PERF,
+                       tolerance=TOLERANCE)
 
 
 def jovian_section(repos: Path) -> JovianSection:
