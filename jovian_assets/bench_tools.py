@@ -269,8 +269,8 @@ def parse_baseline(raw: bytes, path: str) -> Baseline:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FileFormatError(path, exc.lineno, f"not JSON ({exc.msg}): re-record it with `lockstep jovian "
-                                                "rebaseline`") from None
+        raise FileFormatError(path, exc.lineno, f"not JSON ({exc.msg}): record it again with `lockstep lane "
+                                                "rebaseline REPORT`") from None
     try:
         return Baseline.model_validate(doc)
     except ValidationError as exc:
@@ -299,8 +299,8 @@ def gate(run: QualityRun, baseline: Baseline | None, tolerance: float, *, lane: 
     if baseline is None:
         return GateVerdict(passed=False, comparable=False, floor=None, description=(
             f"no baseline for lane {lane} ({baseline_path(lane)} in the build repo): score {run.final_score}, {graded}. "
-            f"Record one from a run you trust: `lockstep jovian rebaseline --lane {lane} --rev <rev>` "
-            "(it takes that rev's latest jovian/bench_report)"))
+            f"Record one from a run you trust: `lockstep lane rebaseline recipes/{lane}/reports/<report>.md` "
+            "(this run's report is one)"))
     base = baseline.run
     why = []
     if (base.tool, base.tool_version) != (run.tool, run.tool_version):
@@ -312,7 +312,7 @@ def gate(run: QualityRun, baseline: Baseline | None, tolerance: float, *, lane: 
         why.append(f"baseline was graded on {base.graded_text} scenarios, this run on {run.graded_text}")
     if why:
         return GateVerdict(passed=False, comparable=False, floor=None, description=(
-            "; ".join(why) + f": not comparable; re-baseline (`lockstep jovian rebaseline --lane {lane} --rev <rev>`)"))
+            "; ".join(why) + f": not comparable; re-baseline (`lockstep lane rebaseline recipes/{lane}/reports/<report>.md`)"))
     floor = base.final_score - tolerance
     passed = run.final_score >= floor
     return GateVerdict(passed=passed, comparable=True, floor=floor, description=(
@@ -335,6 +335,7 @@ def _num(value: float | None) -> str:
 
 def report_markdown(*, lane: str, rev: str, tag: str, image_id: str, node: str, stamp: str, quality: QualityRun,
                     perf: PerfRun, verdict: GateVerdict, baseline: Baseline | None) -> str:
+    # The record at the end is what `lockstep lane rebaseline` reads back: the report is the run's only copy.
     """The runbook's report (`recipes/<lane>/reports/<UTC-stamp>_<label>.md`)."""
     lines = [
         f"# {lane}: {rev} ({stamp})", "",
@@ -352,7 +353,7 @@ def report_markdown(*, lane: str, rev: str, tag: str, image_id: str, node: str, 
         f"## Perf ({perf.tool} {perf.tool_version})", "", "| test | concurrency | tokens/s |", "|---|---:|---:|",
         *[f"| {r.test} | c{r.concurrency} | {_num(r.tokens_per_s)} |" for r in perf.rows], "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + record_block(rev, image_id, quality)
 
 
 SCORES_HEADING = "## Scores"
@@ -405,9 +406,64 @@ def update_night_shift(existing: str | None, *, date: str, score_rows: list[str]
     return "\n".join(lines) + "\n"
 
 
-# ---- the site's bench commands ---------------------------------------------------------------------
+# ---- what the asset records, and re-baselining from a filed report ---------------------------------
 
-PLACEHOLDERS = frozenset({"base_url", "model", "seed", "out"})
+
+class BenchReport(BaseModel):
+    """`jovian/bench_report`: the run, the image it scored, the gate, and where the report was filed."""
+
+    rev: str
+    lane: str
+    node: str
+    tag: str
+    image_id: str  # the served container's (jovian/lane_serving), equal to the built image's
+    quality: QualityRun
+    perf: PerfRun
+    verdict: GateVerdict
+    baseline_rev: str | None
+    report_path: str
+    night_shift_path: str
+    build_commit: str
+    restored: str | None = None  # the image the lane went back to when the gate failed
+
+
+RECORD_OPEN = "<!-- lockstep:run"
+RECORD_CLOSE = "-->"
+
+
+def record_block(rev: str, image_id: str, quality: QualityRun) -> str:
+    """The run's record at the end of its report, so a person can re-baseline from any filed report."""
+    doc = {"rev": rev, "image_id": image_id, "run": quality.model_dump(mode="json")}
+    # `>` escaped inside JSON strings, so no value can close the comment early.
+    body = json.dumps(doc, indent=1, sort_keys=True).replace(">", "\\u003e")
+    return f"{RECORD_OPEN}\n{body}\n{RECORD_CLOSE}\n"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rev: str
+    image_id: str
+    run: QualityRun
+
+
+def baseline_from_report(text: str, path: str, *, lane: str, recorded_at: datetime, recorded_by: str) -> Baseline:
+    """The Baseline a filed report's run record makes (`lockstep lane rebaseline REPORT`)."""
+    start = text.rfind(RECORD_OPEN)
+    end = text.find(RECORD_CLOSE, start + 1) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise FileFormatError(path, None, "no `<!-- lockstep:run ... -->` record: not a report lockstep filed "
+                                          "(only those carry the run a baseline needs)")
+    line = text.count("\n", 0, start) + 1
+    try:
+        record = _Record.model_validate_json(text[start + len(RECORD_OPEN):end])
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise FileFormatError(path, line, f"run record {_json_path(tuple(err['loc']))}: {err['msg']}") from None
+    return Baseline(lane=lane, rev=record.rev, image_id=record.image_id, recorded_at=recorded_at,
+                    recorded_by=recorded_by, run=record.run)
+
+
+# ---- the site's bench commands ---------------------------------------------------------------------
 
 
 def render_command(argv: list[str], **values: str) -> list[str]:
