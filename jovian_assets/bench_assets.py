@@ -13,6 +13,8 @@ from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
 from jovian_assets.bench_tools import (
     Baseline,
     BenchReport,
+    baseline_from_report,
+    baseline_json,
     baseline_path,
     gate,
     night_shift_rows,
@@ -23,13 +25,14 @@ from jovian_assets.bench_tools import (
     report_markdown,
     update_night_shift,
 )
-from jovian_assets.inputs import inside
+from jovian_assets.inputs import inside, read_text
 from jovian_assets.models import Finding, LaneServing
 from jovian_assets.node_build import NodeBuildFailed
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
 from resources.links import commit_entries
-from resources.site import LaneSection, SiteResource
+from resources.names import check_relative_path
+from resources.site import LaneSection, SiteConfig, SiteResource
 from resources.spark import SparkNodes
 
 LANE_SERVING = dg.AssetKey(["jovian", "lane_serving"])
@@ -151,3 +154,31 @@ def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: 
 
     back = restore_previous(context, spark, config, serving)
     return None if back is None else f"{back.tag} ({back.image_id})"
+
+
+def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetime | None = None) -> Baseline:
+    """Make the run a filed report records the lane's baseline: `recipes/<lane>/baseline.json` in the build
+    repo, one commit pushed fast-forward. A person chooses the report; lockstep copies its run record."""
+    if config.jovian is None or config.jovian.lane is None:
+        raise BenchFailed(f"{config.path}: no [jovian.lane]: there is no lane to re-baseline")
+    jovian, lane = config.jovian, config.jovian.lane
+    rel = check_relative_path("report", report)
+    if not (rel.startswith(f"recipes/{lane.name}/reports/") and rel.endswith(".md")):
+        raise BenchFailed(f"{report!r} is not a report of lane {lane.name}: give recipes/{lane.name}/reports/<file>.md")
+    with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
+        path = inside(wt.path, rel)
+        if not path.is_file():
+            raise BenchFailed(f"{jovian.build_repo} ({jovian.build_branch}) has no {rel}")
+        text = read_text(path, f"{jovian.build_repo}:{rel}")
+        baseline = baseline_from_report(text, f"{jovian.build_repo}:{rel}", lane=lane.name,
+                                        recorded_at=now or datetime.now(timezone.utc),
+                                        recorded_by=config.site.commit_author)
+        target = inside(wt.path, baseline_path(lane.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(baseline_json(baseline), encoding="utf-8")
+        git.commit_all(worktree=wt, author=config.site.commit_author, paths=[baseline_path(lane.name)],
+                       message=f"bench: {lane.name} baseline is {baseline.rev}'s run {baseline.run.run_id} "
+                       f"({baseline.run.tool} {baseline.run.tool_version}, score {baseline.run.final_score}, "
+                       f"graded {baseline.run.graded_text}) from {rel}")
+        git.push_fast_forward(worktree=wt)
+    return baseline

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from jovian_assets.bench_tools import Baseline, baseline_json, baseline_path, parse_quality
 from resources.errors import LockstepError
 from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
@@ -128,6 +129,7 @@ class LabRev(BaseModel):
     half_cut: bool = False
     moved_deps: dict[str, str] = Field(default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)")
     broken_import: bool = Field(default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import).")
+    broken_model: bool = Field(default=False, description="The vLLM pin serves a model that scores low (broken_model).")
     lock_text: str = ""
 
 
@@ -366,7 +368,8 @@ def _move_flashmla(w: JovianRepos, when: datetime, cutlass_commit: str) -> str:
 
 
 def _cut_forks(
-    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False
+    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False,
+    broken_model: bool = False,
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """Push one rev's work and pin commits to every fork. Returns (tips, branches, moved cmake deps)."""
     tips: dict[str, str] = {}
@@ -409,6 +412,12 @@ def _cut_forks(
             # builds and the other imports work, but `import vllm._flashkda_C` fails at boot.
             when, summary, wfiles = work[0]
             work[0] = (when, summary + "; drop the FlashKDA python shim", {**wfiles, src.FLASHKDA_EXTENSION: None})
+        if pkg == "vllm" and (broken_model or _exists(bare, base, BROKEN_MODEL_MARKER)):
+            # sandbox/model_server.py reads this marker from the image (the build installs vllm/): the
+            # rev serves a model that never calls a tool. The next rev drops it again.
+            when, summary, wfiles = work[0]
+            work[0] = (when, summary + ("; sampler regression" if broken_model else "; fix the sampler regression"),
+                       {**wfiles, BROKEN_MODEL_MARKER: 'quality = "broken"\n' if broken_model else None})
         batch = [
             Commit(branch, summary, cut - before, files, parent=base if i == 0 else None)
             for i, (before, summary, files) in enumerate(work)
@@ -426,10 +435,10 @@ def _doc_rows(doc: str) -> list[tuple[str, str, str, str]]:
 
 def _publish_rev(
     w: JovianRepos, rev: str, cut: datetime, *, previous: tuple[str, dict[str, str]] | None,
-    half_cut: bool, move_dep: bool, break_import: bool = False,
+    half_cut: bool, move_dep: bool, break_import: bool = False, broken_model: bool = False,
 ) -> LabRev:
     tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep,
-                                       break_import=break_import)
+                                       break_import=break_import, broken_model=broken_model)
     locked: dict[str, src.LockedPackage] = {}
     for pkg in PACKAGES:
         if half_cut and previous is not None and pkg != "vllm":
@@ -469,7 +478,8 @@ def _publish_rev(
         trees={p: locked[p].tree for p in PACKAGES},
         committed_at={p: _commit_time(w.path(p), locked[p].commit) for p in PACKAGES},
         branches=branches, previous=previous[0] if previous else None,
-        half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import, lock_text=text,
+        half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import,
+        broken_model=broken_model, lock_text=text,
     )
 
 
@@ -501,7 +511,18 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
         f"{d}/profiles/.keep": "",
         RECIPE: src.recipe_toml(lane="glm53-2x", image_tag=f"{d}:{first.name}-glm53", build_dir=d,
                                 profile=first.name),
+        baseline_path(LANE): sandbox_baseline(first.name),
     }, ident=BUILDER)])[0]
+
+
+def sandbox_baseline(rev: str) -> str:
+    """The lane's recorded baseline run: sandbox/templates/bench_baseline_run.json is what the real
+    tool-eval-bench wrote (`run --short --seed 42`, tests/bench_run.py) against a good rev's model."""
+    raw = (Path(__file__).parent / "templates" / "bench_baseline_run.json").read_bytes()
+    run = parse_quality(raw, "sandbox/templates/bench_baseline_run.json")
+    return baseline_json(Baseline(lane=LANE, rev=rev, image_id="(recorded against sandbox/model_server.py)",
+                                  recorded_at=FIRST_CUT + timedelta(hours=7), recorded_by=f"{BUILDER[0]} <{BUILDER[1]}>",
+                                  run=run))
 
 
 def _complete(w: JovianRepos) -> bool:
@@ -540,6 +561,7 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
 # against sandbox/model_server.py. `--short` (15 scenarios) and a small perf run keep a sandbox night short;
 # llama-benchy reads the tokenizer and book sandbox/bench_offline.py left in the node's home (no internet).
 LANE = "glm53-2x"
+BROKEN_MODEL_MARKER = "vllm/sandbox_model.toml"  # sandbox/model_server.py MARKER, inside the vllm package
 BUILD_NODE = "spark-build"
 LANE_NODES = ["spark-a", "spark-b"]
 TOLERANCE = 1.0
@@ -589,7 +611,8 @@ def _next_cut(w: JovianRepos) -> datetime:
 
 
 def new_lab_rev(
-    root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False
+    root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False,
+    broken_model: bool = False,
 ) -> LabRev:
     """Cut a new rev across the forks and publish its source lock in the lab repo.
 
@@ -600,6 +623,8 @@ def new_lab_rev(
     cutlass moved, and CUTLASS_REVISION to v4.7.1), so the fetch-deps dep table is stale.
     `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but the
     `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
+    `broken_model`: the new vLLM commit carries `vllm/sandbox_model.toml` (quality = "broken"): the image
+    builds, boots and serves, but its model never calls a tool, so it benches under the baseline.
     """
     from sandbox.world import up
 
@@ -615,4 +640,4 @@ def new_lab_rev(
     prev = revs[-1]
     prev_lock = src.parse_lock(_show(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(prev)))
     return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep,
-                        break_import=break_import)
+                        break_import=break_import, broken_model=broken_model)
