@@ -13,6 +13,7 @@ from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
 from jovian_assets.bench_tools import (
     Baseline,
     BenchReport,
+    GateVerdict,
     baseline_from_report,
     baseline_json,
     baseline_path,
@@ -26,6 +27,7 @@ from jovian_assets.bench_tools import (
     update_night_shift,
 )
 from jovian_assets.inputs import inside, read_text
+from jovian_assets.lane import LANE_SERVING, restore_previous
 from jovian_assets.models import Finding, LaneServing
 from jovian_assets.node_build import NodeBuildFailed
 from jovian_assets.partitions import lab_revs
@@ -35,7 +37,6 @@ from resources.names import check_relative_path
 from resources.site import LaneSection, SiteConfig, SiteResource
 from resources.spark import SparkNodes
 
-LANE_SERVING = dg.AssetKey(["jovian", "lane_serving"])
 BENCH = dg.AssetKey(["jovian", "bench_report"])
 QUALITY_GATE = "quality_not_below_baseline"
 
@@ -122,7 +123,7 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
                        f"({'pass' if verdict.passed else 'FAIL'}, {quality.tool} {quality.tool_version})",
                        author=config.site.commit_author, paths=[rel, night])
         commit = git.push_fast_forward(worktree=wt)
-    restored = None if verdict.passed else put_lane_back(context, spark, config, serving)
+    restored = None if verdict.passed else put_lane_back(context, spark, config, serving, verdict)
     result = BenchReport(rev=rev, lane=lane.name, node=node, tag=serving.tag, image_id=serving.image_id, quality=quality,
                          perf=perf, verdict=verdict, baseline_rev=baseline.rev if baseline else None, report_path=rel,
                          night_shift_path=night, build_commit=commit, restored=restored)
@@ -148,12 +149,13 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
                                               + (f"; the lane serves {restored} again" if restored else "")))
 
 
-def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: Any, serving: LaneServing) -> str | None:
-    """The lane goes back to the image it served before this rev (jovian_assets/lane.py); its description."""
-    from jovian_assets.lane import restore_previous
-
-    back = restore_previous(context, spark, config, serving)
-    return None if back is None else f"{back.tag} ({back.image_id})"
+def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: SiteConfig,
+                  serving: LaneServing, verdict: GateVerdict) -> str:
+    """The lane goes back to the image it served before this rev (jovian_assets/lane.py records it in
+    the lane's history); what it serves now, for the gate's description."""
+    back = restore_previous(context, spark, config, serving,
+                            reason=f"{serving.rev} failed {QUALITY_GATE}: {verdict.description}"[:500])
+    return "nothing (it served nothing before)" if back is None else f"{back.tag} ({back.image_id})"
 
 
 def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetime | None = None) -> Baseline:

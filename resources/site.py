@@ -436,7 +436,7 @@ class LaneSection(_Table):
         description="The recipe's serve argv after IMAGE; {tag} {model} {port} {rank} {nnodes} {head} are filled in.")
     worker_args: list[str] = Field(default_factory=lambda: ["--headless"],
                                    description="Appended to serve_command on every lane node but the head.")
-    serve_env: dict[str, str] = Field(default_factory=dict, description="`-e K=V` for the serving container.")
+    serve_variables: dict[str, str] = Field(default_factory=dict, description="`-e K=V` for the serving container.")
     serve_port: int = Field(default=8000, gt=0, lt=65536, description="The head's endpoint port (on the head node).")
     served_model: Annotated[str, _checked(check_name, "served model name")] = Field(
         default="glm-5.3-flash", description="The name `/v1/models` lists (`--served-model-name`).")
@@ -473,10 +473,10 @@ class LaneSection(_Table):
             _placeholders(word, set(SERVE_PLACEHOLDERS))
         return value
 
-    @field_validator("serve_env")
+    @field_validator("serve_variables")
     @classmethod
-    def _serve_env(cls, value: dict[str, str]) -> dict[str, str]:
-        return {check_env_key("serve_env key", k): v for k, v in value.items()}
+    def _serve_variables(cls, value: dict[str, str]) -> dict[str, str]:
+        return {check_env_key("serve_variables key", k): v for k, v in value.items()}
 
     @field_validator("ready_patterns")
     @classmethod
@@ -497,7 +497,10 @@ class LaneSection(_Table):
             where = "absolute or start with ~/ (the node user's home)" if info.field_name == "jit_cache_dir" else (
                 "an absolute path inside the container")
             raise ValueError(f"{value!r} must be {where}")
-        check_relative_path(info.field_name, value[2:] if home else value.lstrip("/"))
+        parts = (value[2:] if home else value.lstrip("/")).split("/")
+        if any(p in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", p) for p in parts):
+            raise ValueError(f"{value!r}: each part must be a plain name (letters, digits, '.', '_', '-'; no '..', "
+                             "no empty part)")
         return value
 
     @model_validator(mode="after")

@@ -303,11 +303,14 @@ _CRASH = (
     "of 119.70 GiB of which 1.12 GiB is free.', file=sys.stderr, flush=True)\n"
     "sys.exit(1)\n"
 )
+_JIT_DONE = ("Application startup complete", "JIT kernels ready")  # after these lines a start fills its caches
 _WORKER = (
     "import signal, sys, threading\n"
     "stop = threading.Event()\n"
     "signal.signal(signal.SIGTERM, lambda *a: stop.set())\n"
     "print(f'INFO [multiproc_executor.py] headless worker, node rank {sys.argv[1]}: waiting for the head', flush=True)\n"
+    "if not stop.wait(float(sys.argv[2])):\n"
+    "    print('INFO [gpu_worker.py] JIT kernels ready', flush=True)\n"
     "stop.wait()\n"
 )
 
@@ -321,15 +324,15 @@ def container_argv(config: dict[str, Any], knobs: dict[str, Any]) -> tuple[list[
         return [sys.executable, "-S", *command[1:]], env
     args = command[2:]
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    kv_s, startup_s = knobs.get("warm_s", WARM_S) if _warm(config["Mounts"]) else knobs.get("cold_s", COLD_S)
     if "--headless" in args:
-        return [sys.executable, "-c", _WORKER, _option(args, "--node-rank") or "1"], env
+        return [sys.executable, "-c", _WORKER, _option(args, "--node-rank") or "1", str(kv_s)], env
     if knobs.get("fault") == "exit":
         return [sys.executable, "-c", _CRASH, "0.0.0"], env
     port = int(_option(args, "--port") or 8000)
     bound = {c: h for h, c in ((int(v[0]["HostPort"]), int(k.split("/")[0]))
                                for k, v in config["HostConfig"]["PortBindings"].items())}
     model = _option(args, "--served-model-name") or (args[0] if args and not args[0].startswith("-") else "model")
-    kv_s, startup_s = knobs.get("warm_s", WARM_S) if _warm(config["Mounts"]) else knobs.get("cold_s", COLD_S)
     if knobs.get("fault") == "hang":
         kv_s = 3600.0
     return [sys.executable, "-m", "sandbox.model_server", "--rootfs", config["Rootfs"], "--host", "127.0.0.1",
@@ -361,7 +364,7 @@ def shim(state: Path, cid: str, home: Path) -> int:
                 log.write(json.dumps({"log": line if line.endswith("\n") else line + "\n", "stream": name,
                                       "time": _now()}) + "\n")
                 log.flush()
-            if "Application startup complete" in line:
+            if any(done in line for done in _JIT_DONE):
                 _fill_jit_caches(config)
 
     with tempfile.TemporaryDirectory(prefix="container-") as tmp:

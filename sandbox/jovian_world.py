@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -572,10 +573,27 @@ BENCH_PERF = ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}
               "--latency-mode", "none", "--skip-coherence", "--format", "json", "--save-result", "{out}"]
 
 
+# Serving on the sandbox lane (sandbox/fake_containers.py): a cold start takes ~3 s, a warm one under 1 s
+# (the runbook's ~45 and ~9 minutes scaled down), so the budgets are seconds and the polls short.
+SERVE_WARM_BUDGET_S = 30.0
+SERVE_COLD_BUDGET_S = 60.0
+SERVE_POLL_S = 0.25
+
+
+def free_port() -> int:
+    """A port nothing on 127.0.0.1 listens on now: the lane head's endpoint, chosen when the site is written."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def lane_section() -> LaneSection:
-    """The site's [jovian.lane]: the two lane nodes of the sandbox and their bench commands."""
+    """The site's [jovian.lane]: the two lane nodes of the sandbox, how a rev serves there, and its bench
+    commands. Both nodes live on 127.0.0.1: only the head (spark-a) binds the endpoint port, spark-b
+    runs the headless worker, as on a real 2x lane."""
     return LaneSection(name=LANE, nodes=list(LANE_NODES), bench_quality=BENCH_QUALITY, bench_perf=BENCH_PERF,
-                       tolerance=TOLERANCE)
+                       tolerance=TOLERANCE, serve_port=free_port(), warm_budget_s=SERVE_WARM_BUDGET_S,
+                       cold_budget_s=SERVE_COLD_BUDGET_S, serve_poll_s=SERVE_POLL_S)
 
 
 def jovian_section(repos: Path) -> JovianSection:
