@@ -121,6 +121,14 @@ def make_corpus(dest: Path) -> None:
                     assert done.returncode == 0, done.stdout[-2000:]
             finally:
                 server.stop()
+        # What the tool itself calls this run's cohort (its leaderboard's), for lockstep's cohort to match.
+        own = subprocess.run([str(BENCH_BIN / "python"), "-c", OWN_COHORT, str(dest / "teb_short_good.json")],
+                             capture_output=True, text=True, check=True)
+        (dest / "teb_short_good.cohort").write_text(own.stdout, encoding="utf-8")
+
+
+OWN_COHORT = ("import json, sys; from tool_eval_bench.application.leaderboard import cohort_fingerprint; "
+              "d = json.load(open(sys.argv[1])); print(cohort_fingerprint(d['config'], d['metadata']))")
 
 
 if __name__ == "__main__":

@@ -7,11 +7,17 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
+from sandbox.fake_containers import stop_all
+from sandbox.spark_nodes import NODES
 from sandbox.world import Sandbox
 from tests.jovian.lab import Lab
 
 
 @pytest.fixture
 def lab(sb: Sandbox, resources: dict[str, object]) -> Iterator[Lab]:
-    with dg.instance_for_test() as instance:
-        yield Lab(sb, {k: resources[k] for k in ("site", "git", "spark")}, instance)
+    try:
+        with dg.instance_for_test() as instance:
+            yield Lab(sb, {k: resources[k] for k in ("site", "git", "spark")}, instance)
+    finally:
+        for name in NODES:  # a rev booted on the lane serves until stopped: by the PIDs its docker recorded
+            stop_all(sb.root / "nodes" / name / "docker")

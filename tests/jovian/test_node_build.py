@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import git
 
-from jovian_assets.node_assets import BENCH, DISTRIBUTED, IMAGE
+from jovian_assets.bench_assets import BENCH
+from jovian_assets.bench_tools import BenchReport
+from jovian_assets.node_assets import DISTRIBUTED, IMAGE
 from jovian_assets.node_build import NodeImage
 from sandbox.jovian_world import BUILD_BRANCH, new_lab_rev
-from sandbox.spark_nodes import set_bench_knobs
-from tests.conftest import remote_head
+from sandbox.spark_nodes import node_env, set_bench_knobs
 from tests.jovian.lab import Lab, checks, done, meta
 from tests.runs import failure_message
 
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
-              "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
+              "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
 
 
 def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
@@ -30,12 +33,19 @@ def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
     nodes = meta(result, DISTRIBUTED)["nodes"]
     assert {r.data["node"]: r.data["image_id"] for r in nodes.records} == {"spark-a": image.image_id, "spark-b": image.image_id}  # type: ignore[attr-defined]
 
-    bench = meta(result, BENCH)
-    assert float(bench["score"]) >= 70.5 - 1.0  # type: ignore[arg-type]
-    report = str(bench["report"])
-    assert report.startswith("recipes/glm53-2x/reports/") and report.endswith("_r28.md")
-    text = git.Repo(lab.build_repo).git.show(f"{BUILD_BRANCH}:{report}")
-    assert "Final Score" in text and "pp2048 (c1)" in text and image.image_id in text
+    # The real tools benched the served endpoint; the report and the night's tables name the served image.
+    bench: BenchReport = result.asset_value(BENCH)
+    assert bench.image_id == image.image_id and bench.verdict.passed and bench.verdict.comparable
+    assert (bench.quality.tool_version, bench.quality.graded_text, bench.quality.seed) == ("3.0.0", "15/15", 42)
+    assert bench.report_path.startswith("recipes/glm53-2x/reports/") and bench.report_path.endswith("_r28.md")
+    repo = git.Repo(lab.build_repo)
+    text = repo.git.show(f"{BUILD_BRANCH}:{bench.report_path}")
+    assert f"ID `{image.image_id}`" in text and "tool-eval-bench 3.0.0, seed 42" in text and "| pp64 | c2 |" in text
+    night = repo.git.show(f"{BUILD_BRANCH}:{bench.night_shift_path}")
+    assert f"| r28 | `{image.image_id.removeprefix('sha256:')[:12]}` |" in night and "| tg8 | c1 |" in night
+    # Report and tables are one commit, pushed.
+    files = repo.git.show("--name-only", "--format=", bench.build_commit).split()
+    assert sorted(files) == sorted([bench.report_path, bench.night_shift_path])
 
 
 def test_profile_that_breaks_an_import_fails_its_gate_and_nothing_is_distributed(lab: Lab) -> None:
@@ -48,14 +58,44 @@ def test_profile_that_breaks_an_import_fails_its_gate_and_nothing_is_distributed
     assert "jovian/bench_report" not in done(result)
 
 
-def test_bench_below_baseline_fails_the_quality_gate(lab: Lab) -> None:
+def test_a_dead_bench_pipe_fails_naming_it_and_a_rev_below_the_baseline_puts_the_previous_image_back(lab: Lab) -> None:
+    repo = git.Repo(lab.build_repo)
+
+    def filed() -> list[str]:
+        return repo.git.ls_tree("-r", "--name-only", BUILD_BRANCH, "recipes/glm53-2x/reports", "history").split()
+
+    # r28 boots on the lane, but its bench dies like the pre-fix launcher's pump: exit 120, no output.
     new_lab_rev(lab.sb.root, "r28")
-    set_bench_knobs(lab.sb.root / "nodes" / "spark-a", score=60.0)
-    head = remote_head(lab.build_repo, BUILD_BRANCH)
-    result = lab.adopt("r28", build=True)
+    lane = lab.sb.root / "nodes" / "spark-a"
+    set_bench_knobs(lane, fault="dead-pipe")
+    dead = lab.adopt("r28", build=True)
+    assert not dead.success and "jovian/lane_serving" in done(dead) and "jovian/bench_report" not in done(dead)
+    message = failure_message(dead)
+    assert "bench quality on spark-a" in message and "exit 120 with no output" in message
+    assert "(a dead pipe pump?)" in message
+    assert filed() == []  # nothing half-written: no report, no night-shift rows
+    # The pump fixed, the bench of what the lane serves passes against the recorded baseline.
+    set_bench_knobs(lane)
+    benched = lab.bench("r28")
+    assert benched.success, failure_message(benched)
+    r28 = dead.asset_value(IMAGE).image_id
+    first = benched.asset_value(BENCH)
+    assert first.image_id == r28 and sorted(filed()) == sorted([first.report_path, first.night_shift_path])
+
+    # r29's model never calls a tool: it benches below the baseline, the gate fails, the lane serves r28 again.
+    new_lab_rev(lab.sb.root, "r29", broken_model=True)
+    result = lab.adopt("r29", build=True)
     gate = checks(result)["quality_not_below_baseline"]
-    assert not gate.passed and "quality 60" in (gate.description or "") and "regression" in (gate.description or "")
-    assert remote_head(lab.build_repo, BUILD_BRANCH) != head  # the report is filed either way: it is evidence
+    bench: BenchReport = result.asset_value(BENCH)
+    assert not gate.passed and bench.verdict.comparable and bench.quality.final_score < 17
+    assert "regression" in (gate.description or "") and "15/15" in (gate.description or "")
+    assert bench.report_path in filed() and first.report_path in filed()  # filed either way: it is evidence
+    assert result.asset_value(IMAGE).image_id != r28
+    for node in ("spark-a", "spark-b"):  # by the running container's image ID, on every lane node
+        inspected = subprocess.run(["docker", "container", "inspect", "--format", "{{.Image}}", "lockstep-glm53-2x"],
+                                   env=node_env(lab.sb.root / "nodes" / node), capture_output=True, text=True, check=True)
+        assert inspected.stdout.strip() == r28
+    assert bench.restored and r28 in bench.restored
 
 
 def test_rebuilding_a_rev_ships_a_fresh_context(lab: Lab) -> None:
