@@ -5,10 +5,18 @@ report and the night-shift tables."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
+import git
 import pytest
+from click.testing import CliRunner
 
 from jovian_assets.bench_tools import (
     Baseline,
@@ -25,9 +33,13 @@ from jovian_assets.bench_tools import (
     report_markdown,
     update_night_shift,
 )
+from lockstep.cli import main
 from resources.errors import FileFormatError
+from sandbox.jovian_world import BUILD_BRANCH
+from sandbox.world import Sandbox
 from tests.bench_run import (
     BENCH_BIN,
+    PROJECT,
     bench_installed,
     make_rootfs,
     offline,
@@ -36,6 +48,7 @@ from tests.bench_run import (
     run_tool,
     start_model_server,
 )
+from tests.servers import free_port, stop_process
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "bench"
 LANE = "glm53-2x"
@@ -263,3 +276,59 @@ def test_site_bench_commands_fill_placeholders_as_single_words() -> None:
     argv = render_command(["tool-eval-bench", "run", "--seed", "{seed}", "--base-url", "{base_url}", "--json-file", "{out}"],
                           base_url="http://127.0.0.1:8000", model="m", seed="42", out="a b;rm -rf x")
     assert argv[-1] == "a b;rm -rf x" and argv[3] == "42"
+
+
+# -- the model server's CLI contract, and re-baselining from a filed report -------------------------
+
+
+def test_the_model_server_binds_only_at_startup_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.model_server", "--rootfs", str(make_rootfs(tmp_path, broken=False)),
+                             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "m",
+                             "--kv-after-s", "0.2", "--startup-after-s", "0.3"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while "Application startup complete." not in (line := proc.stdout.readline()):
+            lines.append(line)
+            if "GPU KV cache size: 1,234,560 tokens" in line:
+                with pytest.raises(OSError):  # nothing answers before startup, as vLLM's API server
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            assert line, "".join(lines)
+        assert any("GPU KV cache size" in line for line in lines)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
+            assert json.load(r)["data"][0]["id"] == "m"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        stop_process(proc, grace_s=2)
+
+
+def test_rebaseline_makes_a_filed_reports_run_the_lanes_baseline(sb: Sandbox, private_cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    build = sb.repos / "docker-images.git"
+    run = quality(CORPUS / "teb_short_broken.json")  # not the sandbox's recorded baseline run
+    rel = f"recipes/{LANE}/reports/20261201T023000Z_r28.md"
+    clone = git.Repo.clone_from(build.as_uri(), tmp_path / "clone", branch=BUILD_BRANCH)
+    (tmp_path / "clone" / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "clone" / rel).write_text(_report(run))
+    clone.git.add(rel)
+    clone.git.commit("-m", "bench: r28", env={"GIT_AUTHOR_NAME": "n", "GIT_AUTHOR_EMAIL": "n@x",
+                                              "GIT_COMMITTER_NAME": "n", "GIT_COMMITTER_EMAIL": "n@x"})
+    clone.git.push("origin", BUILD_BRANCH)
+    monkeypatch.setenv("LOCKSTEP_SITE", str(sb.site_file))
+    before = parse_baseline(git.Repo(build).git.show(f"{BUILD_BRANCH}:recipes/{LANE}/baseline.json").encode(), "b")
+    assert before.run.final_score != run.final_score
+
+    done = CliRunner().invoke(main, ["lane", "rebaseline", rel])
+    assert done.exit_code == 0, done.output
+    assert f"glm53-2x: baseline is r28's run {run.run_id} (tool-eval-bench 3.0.0, score 0, graded 15/15" in done.output
+    after = parse_baseline(git.Repo(build).git.show(f"{BUILD_BRANCH}:recipes/{LANE}/baseline.json").encode(), "b")
+    assert (after.rev, after.image_id, after.run) == ("r28", IMAGE, run)
+    head = git.Repo(build).git.rev_parse(BUILD_BRANCH)
+    for bad in ("../../etc/passwd.md", "recipes/other-lane/reports/x.md", f"recipes/{LANE}/reports/missing.md"):
+        refused = CliRunner().invoke(main, ["lane", "rebaseline", bad])
+        assert refused.exit_code != 0 and "Traceback" not in refused.output, refused.output
+    assert git.Repo(build).git.rev_parse(BUILD_BRANCH) == head  # nothing written on a refusal
