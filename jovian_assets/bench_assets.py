@@ -33,7 +33,7 @@ from jovian_assets.node_build import NodeBuildFailed
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
 from resources.links import commit_entries
-from resources.names import check_relative_path
+from resources.names import NameRefused, check_relative_path
 from resources.site import LaneSection, SiteConfig, SiteResource
 from resources.spark import SparkNodes
 
@@ -164,7 +164,10 @@ def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetim
     if config.jovian is None or config.jovian.lane is None:
         raise BenchFailed(f"{config.path}: no [jovian.lane]: there is no lane to re-baseline")
     jovian, lane = config.jovian, config.jovian.lane
-    rel = check_relative_path("report", report)
+    try:
+        rel = check_relative_path("report", report)
+    except NameRefused as exc:
+        raise BenchFailed(f"{exc}; nothing was written") from None
     if not (rel.startswith(f"recipes/{lane.name}/reports/") and rel.endswith(".md")):
         raise BenchFailed(f"{report!r} is not a report of lane {lane.name}: give recipes/{lane.name}/reports/<file>.md")
     with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:

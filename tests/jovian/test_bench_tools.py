@@ -328,7 +328,9 @@ def test_rebaseline_makes_a_filed_reports_run_the_lanes_baseline(sb: Sandbox, pr
     after = parse_baseline(git.Repo(build).git.show(f"{BUILD_BRANCH}:recipes/{LANE}/baseline.json").encode(), "b")
     assert (after.rev, after.image_id, after.run) == ("r28", IMAGE, run)
     head = git.Repo(build).git.rev_parse(BUILD_BRANCH)
-    for bad in ("../../etc/passwd.md", "recipes/other-lane/reports/x.md", f"recipes/{LANE}/reports/missing.md"):
+    for bad, why in (("../../etc/passwd.md", "is not a plain name"), ("recipes/other-lane/reports/x.md", "not a report of"),
+                     (f"recipes/{LANE}/reports/missing.md", "has no recipes/")):
         refused = CliRunner().invoke(main, ["lane", "rebaseline", bad])
-        assert refused.exit_code != 0 and "Traceback" not in refused.output, refused.output
+        assert refused.exit_code == 1 and isinstance(refused.exception, SystemExit), refused.exception
+        assert why in refused.output, refused.output
     assert git.Repo(build).git.rev_parse(BUILD_BRANCH) == head  # nothing written on a refusal
