@@ -381,10 +381,21 @@ def shim(state: Path, cid: str, home: Path) -> int:
                  for s, n in ((child.stdout, "stdout"), (child.stderr, "stderr"))]
         for t in pumps:
             t.start()
+        # A node directory removed under a running container (a test's tmp dir cleaned up): stop with it.
+        def orphaned() -> None:
+            while child.poll() is None:
+                if not (state / "containers" / cid).is_dir():
+                    child.kill()
+                    return
+                time.sleep(1.0)
+
+        threading.Thread(target=orphaned, daemon=True).start()
         code = child.wait()
         for t in pumps:
             t.join(5)
     log.close()
+    if not (state / "containers" / cid).is_dir():
+        return 0
     containers.set_status(cid, Status="exited", Running=False, Pid=0, ExitCode=128 - code if code < 0 else code,
                           FinishedAt=_now())
     if config["AutoRemove"]:
@@ -580,6 +591,13 @@ def rm(containers: Containers, argv: list[str]) -> int:
         _remove(containers, cid)
         print(ref)
     return code
+
+
+def stop_sandbox_containers(sandbox_root: Path) -> None:
+    """`stop_all` on every node of a sandbox (``<root>/nodes/*/docker``)."""
+    for state in sorted((sandbox_root / "nodes").glob("*/docker")):
+        if (state / "containers").is_dir():
+            stop_all(state)
 
 
 def stop_all(state: Path) -> None:
