@@ -118,8 +118,12 @@ def parse_container(node: str, stdout: bytes) -> Container:
     if not _IMAGE_ID.match(doc.Image):
         raise LaneBootFailed(f"{node}: container {doc.Name} reports image {doc.Image[:80]!r}, not a sha256 image ID")
     labels = doc.Config.Labels or {}
+    # What it was started from becomes a label and the `{tag}` of a restore: a reference docker accepts, or the ID.
+    ref = doc.Config.Image
+    if not _IMAGE_ID.match(ref) and _label(ref, lambda k, v: check_local_image_tag(k, str(v)), "image") is None:
+        ref = doc.Image
     return Container(node=node, name=doc.Name.removeprefix("/"), status=doc.State.Status, exit_code=doc.State.ExitCode,
-                     image_id=doc.Image, image_ref=doc.Config.Image, started_at=parse_docker_time(doc.State.StartedAt),
+                     image_id=doc.Image, image_ref=ref, started_at=parse_docker_time(doc.State.StartedAt),
                      rev=_label(labels.get(REV_LABEL), check_name, "rev"),
                      tag=_label(labels.get(TAG_LABEL), lambda k, v: check_local_image_tag(k, str(v)), "tag"))
 
@@ -369,11 +373,16 @@ def boot_rev(context: Any, spark: SparkNodes, site: SiteConfig, lane_section: La
     what = f"{rev} ({tag})"
     try:
         warm, budget, seconds = _bring_up(lane, image=tag, image_id=image_id, rev=rev, tag=tag, what=what)
-    except LockstepError as exc:
+    except Exception as exc:  # whatever stopped the boot, the rev must not stay on the lane
         failed = LaneServing(rev=rev, lane=lane_section.name, tag=tag, image_id=image_id, nodes={},
                              bench_node=lane.head, base_url=lane.base_url(), model=lane_section.served_model,
                              container=lane.name, warm=False, previous=previous)
-        _put_back(context, lane, failed, reason=f"boot of {rev} failed")
+        try:
+            _put_back(context, lane, failed, reason=f"boot of {rev} failed")
+        except LockstepError as again:
+            raise LaneBootFailed(f"{exc}\nPutting the lane back failed too: {again}") from None
+        if not isinstance(exc, LockstepError):
+            raise
         raise LaneBootFailed(f"{exc}\nThe lane was put back to "
                              f"{_said(previous) if previous else 'nothing (it served nothing before)'}") from None
     ids = dict.fromkeys(lane_section.nodes, image_id)  # wait_ready saw every node's container run it

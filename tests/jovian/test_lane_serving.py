@@ -73,6 +73,8 @@ def test_endpoint_and_inspect_answers_are_validated() -> None:
                       "Labels": {"lockstep.rev": "r28; rm -rf /", "lockstep.tag": "jovian-judgement:r28-glm53"}}}
     found = parse_container("spark-a", json.dumps([doc]).encode())
     assert (found.rev, found.tag, found.status) == (None, "jovian-judgement:r28-glm53", "running")  # a bad label is dropped
+    odd = parse_container("spark-a", json.dumps([{**doc, "Config": {"Image": "--privileged x", "Labels": None}}]).encode())
+    assert (odd.image_ref, odd.tag, odd.rev) == (doc["Image"], None, None)  # not a reference: the image ID stands in
     with pytest.raises(LaneBootFailed, match="not a sha256 image ID"):
         parse_container("spark-a", json.dumps([{**doc, "Image": "--privileged"}]).encode())
 
