@@ -118,8 +118,12 @@ def parse_container(node: str, stdout: bytes) -> Container:
     if not _IMAGE_ID.match(doc.Image):
         raise LaneBootFailed(f"{node}: container {doc.Name} reports image {doc.Image[:80]!r}, not a sha256 image ID")
     labels = doc.Config.Labels or {}
+    # What it was started from becomes a label and the `{tag}` of a restore: a reference docker accepts, or the ID.
+    ref = doc.Config.Image
+    if not _IMAGE_ID.match(ref) and _label(ref, lambda k, v: check_local_image_tag(k, str(v)), "image") is None:
+        ref = doc.Image
     return Container(node=node, name=doc.Name.removeprefix("/"), status=doc.State.Status, exit_code=doc.State.ExitCode,
-                     image_id=doc.Image, image_ref=doc.Config.Image, started_at=parse_docker_time(doc.State.StartedAt),
+                     image_id=doc.Image, image_ref=ref, started_at=parse_docker_time(doc.State.StartedAt),
                      rev=_label(labels.get(REV_LABEL), check_name, "rev"),
                      tag=_label(labels.get(TAG_LABEL), lambda k, v: check_local_image_tag(k, str(v)), "tag"))
 
@@ -263,13 +267,15 @@ class Lane:
         return self.log_text(node, tail=_LOG_TAIL).strip() or "(the container logged nothing)"
 
     def remove(self) -> None:
-        """Stop and remove the lane's container on every node (a node without one is fine)."""
+        """Stop (gracefully: vLLM frees the GPU on SIGTERM) and remove the lane's container on every
+        node; a node without one is fine."""
         for node in self.lane.nodes:
-            if self.inspect(node) is None:
-                continue
-            self.spark.run(node=node, argv=["docker", "stop", "-t", str(STOP_GRACE_S), self.name],
-                           timeout_s=STOP_GRACE_S + 60).check()
-            self.spark.run(node=node, argv=["docker", "rm", self.name], timeout_s=60).check()
+            for argv, limit in ((["docker", "stop", "-t", str(STOP_GRACE_S), self.name], STOP_GRACE_S + 60),
+                                (["docker", "rm", self.name], 60)):
+                result = self.spark.run(node=node, argv=argv, timeout_s=limit)
+                if result.exit_code != 0 and b"No such container" in result.stderr:
+                    break
+                result.check()
 
     def jit_dirs(self) -> dict[str, tuple[str, bool]]:
         """Per node: the JIT cache dir as an absolute path, and whether it held anything (warm)."""
@@ -299,14 +305,18 @@ class Lane:
         result = self.spark.run(node=self.head, argv=["python3", "-c", _MODELS_PY, url], timeout_s=60)
         return result.exit_code == 0 and lists_model(result.stdout, self.lane.served_model)
 
-    def wait_ready(self, *, budget_s: float, started: float, what: str) -> dict[str, float]:
-        """Poll every node's container state and the head's log until the endpoint serves; seconds to
-        each mark. A container that is not running, or the budget running out, is a LaneBootFailed."""
+    def wait_ready(self, *, budget_s: float, started: float, what: str, image_id: str) -> dict[str, float]:
+        """Poll every node's container (running, and running `image_id`) and the head's log until the
+        endpoint serves; seconds to each mark. Anything else, or the budget running out, is a LaneBootFailed."""
         deadline = started + budget_s
         patterns = self.lane.ready_patterns
         while True:
-            for node in self.lane.nodes:
-                state = self.inspect(node)
+            states = {node: self.inspect(node) for node in self.lane.nodes}
+            wrong = [f"{node} runs {s.image_id}" for node, s in states.items() if s is not None and s.image_id != image_id]
+            if wrong:
+                raise LaneBootFailed(f"{what}: {self.name} must run {image_id} (jovian/distributed_image), but "
+                                     + "; ".join(wrong) + ": the tag points elsewhere on that node — distribute again")
+            for node, state in states.items():
                 if state is None or state.status != "running":
                     said = "is gone" if state is None else f"{state.status} with exit code {state.exit_code}"
                     raise LaneBootFailed(self.say(
@@ -315,8 +325,7 @@ class Lane:
             marks = readiness_marks(self.log_text(self.head), patterns)
             if len(marks) == len(patterns) and self.endpoint_lists_model():
                 elapsed = round(time.monotonic() - started, 2)
-                head = self.inspect(self.head)
-                origin = head.started_at if head else None
+                origin = states[self.head].started_at  # type: ignore[union-attr]
                 seconds = {m.pattern: round((m.at - origin).total_seconds(), 2) if m.at and origin else elapsed
                            for m in marks}
                 return {**seconds, ENDPOINT: elapsed}
@@ -337,33 +346,21 @@ def served(lane: Lane) -> ServedImage | None:
     head = lane.inspect(lane.head)
     if head is None or head.status != "running":
         return None
-    for node in lane.lane.nodes[1:]:
-        other = lane.inspect(node)
-        if other is not None and other.image_id != head.image_id:
-            lane.log.warning(f"{node} runs {other.image_id} under {lane.name}, the head {head.image_id}")
     return ServedImage(rev=head.rev, tag=head.tag or head.image_ref, image_id=head.image_id, container=lane.name)
 
 
 def _bring_up(lane: Lane, *, image: str, image_id: str, rev: str | None, tag: str,
-              what: str) -> tuple[dict[str, str], dict[str, bool], float, dict[str, float]]:
-    """Start `image` on every lane node and wait until it serves; (node -> image ID, node -> warm,
-    budget, seconds to each mark). The caller cleans up when this raises."""
+              what: str) -> tuple[dict[str, bool], float, dict[str, float]]:
+    """Start `image` on every lane node and wait until it serves, running `image_id` everywhere;
+    (node -> warm, budget, seconds to each mark). The caller cleans up when this raises."""
     jit = lane.jit_dirs()
     warm = {node: w for node, (_, w) in jit.items()}
     budget = lane.lane.warm_budget_s if all(warm.values()) else lane.lane.cold_budget_s
     started = time.monotonic()
     lane.start(image=image, rev=rev, tag=tag, jit=jit)
-    ids = {}
-    for node in lane.lane.nodes:
-        state = lane.inspect(node)
-        ids[node] = state.image_id if state else "(no container)"
-    wrong = [f"{node} runs {i}" for node, i in ids.items() if i != image_id]
-    if wrong:
-        raise LaneBootFailed(f"{what}: {lane.name} must run {image_id} (jovian/distributed_image), but "
-                             + "; ".join(wrong) + f": the tag {tag} points elsewhere on that node — distribute again")
     lane.log.info(f"{what}: {lane.name} started on {', '.join(lane.lane.nodes)} "
                   f"({'warm' if all(warm.values()) else 'cold'} JIT caches, budget {budget:g}s)")
-    return ids, warm, budget, lane.wait_ready(budget_s=budget, started=started, what=what)
+    return warm, budget, lane.wait_ready(budget_s=budget, started=started, what=what, image_id=image_id)
 
 
 def boot_rev(context: Any, spark: SparkNodes, site: SiteConfig, lane_section: LaneSection, *, rev: str, tag: str,
@@ -375,14 +372,20 @@ def boot_rev(context: Any, spark: SparkNodes, site: SiteConfig, lane_section: La
     lane.remove()
     what = f"{rev} ({tag})"
     try:
-        ids, warm, budget, seconds = _bring_up(lane, image=tag, image_id=image_id, rev=rev, tag=tag, what=what)
-    except LockstepError as exc:
+        warm, budget, seconds = _bring_up(lane, image=tag, image_id=image_id, rev=rev, tag=tag, what=what)
+    except Exception as exc:  # whatever stopped the boot, the rev must not stay on the lane
         failed = LaneServing(rev=rev, lane=lane_section.name, tag=tag, image_id=image_id, nodes={},
                              bench_node=lane.head, base_url=lane.base_url(), model=lane_section.served_model,
                              container=lane.name, warm=False, previous=previous)
-        _put_back(context, lane, failed, reason=f"boot of {rev} failed")
+        try:
+            _put_back(context, lane, failed, reason=f"boot of {rev} failed")
+        except LockstepError as again:
+            raise LaneBootFailed(f"{exc}\nPutting the lane back failed too: {again}") from None
+        if not isinstance(exc, LockstepError):
+            raise
         raise LaneBootFailed(f"{exc}\nThe lane was put back to "
                              f"{_said(previous) if previous else 'nothing (it served nothing before)'}") from None
+    ids = dict.fromkeys(lane_section.nodes, image_id)  # wait_ready saw every node's container run it
     serving = LaneServing(rev=rev, lane=lane_section.name, tag=tag, image_id=image_id, nodes=ids, bench_node=lane.head,
                           base_url=lane.base_url(), model=lane_section.served_model, container=lane.name,
                           warm=all(warm.values()), seconds_to=seconds, previous=previous, jit_warm=warm, budget_s=budget)
@@ -414,7 +417,7 @@ def _put_back(context: Any, lane: Lane, serving: LaneServing, *, reason: str) ->
         return None
     what = f"restore of {_said(previous)}"
     try:
-        ids, _, _, seconds = _bring_up(lane, image=previous.image_id, image_id=previous.image_id, rev=previous.rev,
+        _, _, seconds = _bring_up(lane, image=previous.image_id, image_id=previous.image_id, rev=previous.rev,
                                        tag=previous.tag, what=what)
     except LockstepError as exc:
         lane.remove()
@@ -422,6 +425,7 @@ def _put_back(context: Any, lane: Lane, serving: LaneServing, *, reason: str) ->
                                       reason=f"{reason}; {what} failed, the lane serves nothing: {exc}"))
         raise LaneBootFailed(f"{what} failed, the lane serves nothing now: {exc}") from None
     lane.log.info(f"{what}: serving again after {seconds.get(ENDPOINT, 0):g}s")
+    ids = dict.fromkeys(lane.lane.nodes, previous.image_id)
     context.log_event(lane_record(lane.site, action="restore", now=previous, nodes=ids, before=before, reason=reason))
     return previous
 

@@ -46,9 +46,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn
 
-SERVE_KNOBS = ".sandbox-serve.json"  # in the node's home: {"fault": "exit"|"hang", "cold_s": [kv, startup], "warm_s": [...]}
-COLD_S = (2.0, 1.0)  # seconds to the KV-cache line, then to application startup: ~45 min scaled down
-WARM_S = (0.3, 0.2)  # ~9 min scaled down
+# In the node's home: {"fault": "exit"|"hang", "image": ID, "cold_s": [kv, startup], "warm_s": [kv, startup]}.
+SERVE_KNOBS = ".sandbox-serve.json"
+COLD_S = (1.5, 0.5)  # seconds to the KV-cache line, then to application startup: ~45 min scaled down
+WARM_S = (0.2, 0.1)  # ~9 min scaled down
 STOP_TIMEOUT_S = 10  # `docker stop`'s default grace period
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")  # docker's container name rule
 _NEVER = "0001-01-01T00:00:00Z"
@@ -267,12 +268,13 @@ def run_detached(store: Any, argv: list[str], *, resolve_image: Any, site_packag
 # ---- the shim: one container's process, its log and its exit code ------------------------------
 
 
-def set_serve_knobs(node: Path, *, fault: str | None = None, cold_s: tuple[float, float] | None = None,
-                    warm_s: tuple[float, float] | None = None) -> Path:
-    """Make the node's served model crash at start (`fault="exit"`), never get ready (`"hang"`), or take
-    other delays. All None: back to normal."""
+def set_serve_knobs(node: Path, *, fault: str | None = None, image: str | None = None,
+                    cold_s: tuple[float, float] | None = None, warm_s: tuple[float, float] | None = None) -> Path:
+    """Make the node's served model crash at start (`fault="exit"`), never get ready (`"hang"`) — only
+    for image ID `image` when given — or take other delays. All None: back to normal."""
     path = node / "home" / SERVE_KNOBS
-    knobs = {k: v for k, v in (("fault", fault), ("cold_s", cold_s), ("warm_s", warm_s)) if v is not None}
+    knobs = {k: v for k, v in (("fault", fault), ("image", image), ("cold_s", cold_s), ("warm_s", warm_s))
+             if v is not None}
     if knobs:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(knobs) + "\n", encoding="utf-8")
@@ -324,6 +326,8 @@ def container_argv(config: dict[str, Any], knobs: dict[str, Any]) -> tuple[list[
         return [sys.executable, "-S", *command[1:]], env
     args = command[2:]
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    if knobs.get("image") not in (None, config["Image"]):
+        knobs = {k: v for k, v in knobs.items() if k != "fault"}  # the fault is another image's
     kv_s, startup_s = knobs.get("warm_s", WARM_S) if _warm(config["Mounts"]) else knobs.get("cold_s", COLD_S)
     if "--headless" in args:
         return [sys.executable, "-c", _WORKER, _option(args, "--node-rank") or "1", str(kv_s)], env
@@ -377,10 +381,21 @@ def shim(state: Path, cid: str, home: Path) -> int:
                  for s, n in ((child.stdout, "stdout"), (child.stderr, "stderr"))]
         for t in pumps:
             t.start()
+        # A node directory removed under a running container (a test's tmp dir cleaned up): stop with it.
+        def orphaned() -> None:
+            while child.poll() is None:
+                if not (state / "containers" / cid).is_dir():
+                    child.kill()
+                    return
+                time.sleep(1.0)
+
+        threading.Thread(target=orphaned, daemon=True).start()
         code = child.wait()
         for t in pumps:
             t.join(5)
     log.close()
+    if not (state / "containers" / cid).is_dir():
+        return 0
     containers.set_status(cid, Status="exited", Running=False, Pid=0, ExitCode=128 - code if code < 0 else code,
                           FinishedAt=_now())
     if config["AutoRemove"]:
@@ -576,6 +591,13 @@ def rm(containers: Containers, argv: list[str]) -> int:
         _remove(containers, cid)
         print(ref)
     return code
+
+
+def stop_sandbox_containers(sandbox_root: Path) -> None:
+    """`stop_all` on every node of a sandbox (``<root>/nodes/*/docker``)."""
+    for state in sorted((sandbox_root / "nodes").glob("*/docker")):
+        if (state / "containers").is_dir():
+            stop_all(state)
 
 
 def stop_all(state: Path) -> None:

@@ -45,6 +45,7 @@ import tomli_w
 from jovian_assets.definitions import jovian_resources
 from jovian_assets.node_assets import DISTRIBUTED
 from resources.site import load_site
+from sandbox.fake_containers import stop_sandbox_containers
 from sandbox.fake_iris import queue_fault, stop_all
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up, use_iris_contract
@@ -190,6 +191,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                                 outcomes=outcomes, tpu=tpu)
             finally:
                 stop_all(sb.iris_home)
+                stop_sandbox_containers(sb.root)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
-from sandbox.fake_containers import stop_all
-from sandbox.spark_nodes import NODES
+from sandbox.fake_containers import stop_sandbox_containers
 from sandbox.world import Sandbox
 from tests.jovian.lab import Lab
 
@@ -19,5 +18,4 @@ def lab(sb: Sandbox, resources: dict[str, object]) -> Iterator[Lab]:
         with dg.instance_for_test() as instance:
             yield Lab(sb, {k: resources[k] for k in ("site", "git", "spark")}, instance)
     finally:
-        for name in NODES:  # a rev booted on the lane serves until stopped: by the PIDs its docker recorded
-            stop_all(sb.root / "nodes" / name / "docker")
+        stop_sandbox_containers(sb.root)  # what jovian/lane_serving started, by the PIDs the nodes' docker recorded
