@@ -67,7 +67,7 @@ SSH_NODE = "spark-b"
 WRONG_REGISTRY_TOKEN = f"{REGISTRY_TOKEN_ENV} (wrong)"
 WRONG_PASSPHRASE = f"{PASSPHRASE_ENV} (wrong)"
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
-              "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
+              "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
 # The cluster's own record of a job: its log and the task's filesystem, in jobs/<user>/<name>/,
 # archive/<user>/<name>.<ms>/ or vanished/<name>.<ms>/ (sandbox/fake_iris_jobs.py).
 _CLUSTER_SIDE = re.compile(r"/iris/(?:(?:jobs|archive)/[^/]+|vanished)/[^/]+/(?:log|root/.+)$")
