@@ -206,7 +206,7 @@ def docker_run_argv(lane: LaneSection, *, image: str, rev: str | None, tag: str,
     labels = [f"{REV_LABEL}={rev}"] if rev else []
     argv = ["docker", "run", "-d", "--name", container_name(lane), "--network", "host", "--ipc", "host",
             "--gpus", "all", "-v", f"{jit_dir}:{lane.jit_cache_mount}"]
-    for key, value in lane.serve_variables.items():
+    for key, value in (lane.serve_variables or {}).items():
         argv += ["-e", f"{key}={value}"]
     for label in [*labels, f"{TAG_LABEL}={tag}", f"lockstep.lane={lane.name}"]:
         argv += ["--label", label]

@@ -436,7 +436,7 @@ class LaneSection(_Table):
         description="The recipe's serve argv after IMAGE; {tag} {model} {port} {rank} {nnodes} {head} are filled in.")
     worker_args: list[str] = Field(default_factory=lambda: ["--headless"],
                                    description="Appended to serve_command on every lane node but the head.")
-    serve_variables: dict[str, str] = Field(default_factory=dict, description="`-e K=V` for the serving container.")
+    serve_variables: dict[str, str] | None = Field(default=None, description="`-e K=V` for the serving container.")
     serve_port: int = Field(default=8000, gt=0, lt=65536, description="The head's endpoint port (on the head node).")
     served_model: Annotated[str, _checked(check_name, "served model name")] = Field(
         default="glm-5.3-flash", description="The name `/v1/models` lists (`--served-model-name`).")
@@ -475,8 +475,8 @@ class LaneSection(_Table):
 
     @field_validator("serve_variables")
     @classmethod
-    def _serve_variables(cls, value: dict[str, str]) -> dict[str, str]:
-        return {check_env_key("serve_variables key", k): v for k, v in value.items()}
+    def _serve_variables(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return None if value is None else {check_env_key("serve_variables key", k): v for k, v in value.items()}
 
     @field_validator("ready_patterns")
     @classmethod

@@ -948,7 +948,7 @@ def dispatch(store: Store, argv: list[str]) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "image" and rest:
         sub, rest = rest[0], rest[1:]
-        cmd = {"inspect": "inspect", "ls": "images", "list": "images", "rm": "rmi", "build": "build", "save": "save",
+        cmd = {"inspect": "image inspect", "ls": "images", "list": "images", "rm": "rmi", "build": "build", "save": "save",
                "load": "load", "tag": "tag"}.get(sub, f"image {sub}")
     if cmd == "build":
         try:
@@ -960,11 +960,11 @@ def dispatch(store: Store, argv: list[str]) -> int:
         sub, rest = rest[0], rest[1:]
         cmd = {"ls": "ps", "list": "ps", "ps": "ps", "inspect": "container inspect", "logs": "logs", "stop": "stop",
                "rm": "rm", "run": "run"}.get(sub, f"container {sub}")
-    if cmd in ("inspect", "container inspect"):
+    if cmd in ("inspect", "container inspect", "image inspect"):
         fmt, refs = _flag(rest, ("-f", "--format"))
         kind, refs = _flag(refs, ("--type",))
-        if cmd == "container inspect":
-            kind = "container"
+        if cmd != "inspect":
+            kind = cmd.split()[0]
         if kind in (None, "container"):
             return inspect_containers(store, refs, fmt, images_too=kind is None)
         return inspect(store, refs, fmt)
