@@ -19,7 +19,9 @@ EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "
               "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
 
 
-def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
+def test_adopted_rev_is_built_gated_distributed_served_and_benched_and_a_bad_bench_never_stays(lab: Lab) -> None:
+    """Issue 13's "Done when" 1-2 on one lane (one clean build to go back to): a clean rev end to end;
+    then a dead bench pipe; then a rev that benches below the baseline puts the previous image back."""
     new_lab_rev(lab.sb.root, "r28")
     result = lab.adopt("r28", build=True)
     assert result.success, failure_message(result)
@@ -47,6 +49,38 @@ def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
     files = repo.git.show("--name-only", "--format=", bench.build_commit).split()
     assert sorted(files) == sorted([bench.report_path, bench.night_shift_path])
 
+    def filed() -> list[str]:
+        return repo.git.ls_tree("-r", "--name-only", BUILD_BRANCH, "recipes/glm53-2x/reports", "history").split()
+
+    # The bench again, dying like the pre-fix launcher's output pump: exit 120, no output, nothing filed.
+    before = filed()
+    lane = lab.sb.root / "nodes" / "spark-a"
+    set_bench_knobs(lane, fault="dead-pipe")
+    try:
+        dead = lab.bench("r28")
+    finally:
+        set_bench_knobs(lane)
+    assert not dead.success
+    message = failure_message(dead)
+    assert "bench quality on spark-a" in message and "exit 120 with no output" in message
+    assert "(a dead pipe pump?)" in message
+    assert filed() == before  # nothing half-written: no report, no night-shift rows
+
+    # r29's model never calls a tool: it benches below the baseline, the gate fails, the lane serves r28 again.
+    new_lab_rev(lab.sb.root, "r29", broken_model=True)
+    low = lab.adopt("r29", build=True)
+    gate = checks(low)["quality_not_below_baseline"]
+    bad: BenchReport = low.asset_value(BENCH)
+    assert not gate.passed and bad.verdict.comparable and bad.quality.final_score < bench.quality.final_score
+    assert "regression" in (gate.description or "") and "15/15" in (gate.description or "")
+    assert bad.report_path in filed() and bench.report_path in filed()  # filed either way: it is evidence
+    assert low.asset_value(IMAGE).image_id != image.image_id
+    for node in ("spark-a", "spark-b"):  # by the running container's image ID, on every lane node
+        inspected = subprocess.run(["docker", "container", "inspect", "--format", "{{.Image}}", "lockstep-glm53-2x"],
+                                   env=node_env(lab.sb.root / "nodes" / node), capture_output=True, text=True, check=True)
+        assert inspected.stdout.strip() == image.image_id
+    assert bad.restored and image.image_id in bad.restored
+
 
 def test_profile_that_breaks_an_import_fails_its_gate_and_nothing_is_distributed(lab: Lab) -> None:
     new_lab_rev(lab.sb.root, "r28", break_import=True)
@@ -56,46 +90,6 @@ def test_profile_that_breaks_an_import_fails_its_gate_and_nothing_is_distributed
     assert not gates.passed and "flashkda_extension" in (gates.description or "")
     assert "jovian/image" in done(result) and "jovian/distributed_image" not in done(result)
     assert "jovian/bench_report" not in done(result)
-
-
-def test_a_dead_bench_pipe_fails_naming_it_and_a_rev_below_the_baseline_puts_the_previous_image_back(lab: Lab) -> None:
-    repo = git.Repo(lab.build_repo)
-
-    def filed() -> list[str]:
-        return repo.git.ls_tree("-r", "--name-only", BUILD_BRANCH, "recipes/glm53-2x/reports", "history").split()
-
-    # r28 boots on the lane, but its bench dies like the pre-fix launcher's pump: exit 120, no output.
-    new_lab_rev(lab.sb.root, "r28")
-    lane = lab.sb.root / "nodes" / "spark-a"
-    set_bench_knobs(lane, fault="dead-pipe")
-    dead = lab.adopt("r28", build=True)
-    assert not dead.success and "jovian/lane_serving" in done(dead) and "jovian/bench_report" not in done(dead)
-    message = failure_message(dead)
-    assert "bench quality on spark-a" in message and "exit 120 with no output" in message
-    assert "(a dead pipe pump?)" in message
-    assert filed() == []  # nothing half-written: no report, no night-shift rows
-    # The pump fixed, the bench of what the lane serves passes against the recorded baseline.
-    set_bench_knobs(lane)
-    benched = lab.bench("r28")
-    assert benched.success, failure_message(benched)
-    r28 = dead.asset_value(IMAGE).image_id
-    first = benched.asset_value(BENCH)
-    assert first.image_id == r28 and sorted(filed()) == sorted([first.report_path, first.night_shift_path])
-
-    # r29's model never calls a tool: it benches below the baseline, the gate fails, the lane serves r28 again.
-    new_lab_rev(lab.sb.root, "r29", broken_model=True)
-    result = lab.adopt("r29", build=True)
-    gate = checks(result)["quality_not_below_baseline"]
-    bench: BenchReport = result.asset_value(BENCH)
-    assert not gate.passed and bench.verdict.comparable and bench.quality.final_score < 17
-    assert "regression" in (gate.description or "") and "15/15" in (gate.description or "")
-    assert bench.report_path in filed() and first.report_path in filed()  # filed either way: it is evidence
-    assert result.asset_value(IMAGE).image_id != r28
-    for node in ("spark-a", "spark-b"):  # by the running container's image ID, on every lane node
-        inspected = subprocess.run(["docker", "container", "inspect", "--format", "{{.Image}}", "lockstep-glm53-2x"],
-                                   env=node_env(lab.sb.root / "nodes" / node), capture_output=True, text=True, check=True)
-        assert inspected.stdout.strip() == r28
-    assert bench.restored and r28 in bench.restored
 
 
 def test_rebuilding_a_rev_ships_a_fresh_context(lab: Lab) -> None:
