@@ -243,11 +243,16 @@ class GitRemotes(dg.ConfigurableResource):
         left, right = self._git(["rev-list", "--left-right", "--count", f"{base}...{tip}"], mirror).split()
         return int(right), int(left)
 
-    def commits_after(self, *, url: str, base: str, tip: str, limit: int = 500) -> list[CommitInfo]:
-        """The commits on `tip` that `base` does not have (`base..tip`), newest first, at most `limit`."""
+    def commits_after(self, *, url: str, base: str, tip: str, until: datetime | None = None,
+                      limit: int = 500) -> list[CommitInfo]:
+        """The commits on `tip` that `base` does not have (`base..tip`), committed no later than `until`,
+        newest first, at most `limit`."""
         mirror = self.fetch(url=url, shas=[_sha(base), _sha(tip)])
         fmt = "%H%x00%T%x00%an <%ae>%x00%ct%x00%s%x00%P"
-        out = self._git(["log", f"--max-count={int(limit)}", f"--format={fmt}", f"{base}..{tip}", "--"], mirror)
+        args = ["log", f"--max-count={int(limit)}", f"--format={fmt}"]
+        if until is not None:
+            args.append(f"--until={until.astimezone(timezone.utc).isoformat()}")
+        out = self._git([*args, f"{base}..{tip}", "--"], mirror)
         commits = []
         for line in out.splitlines():
             h, tree, author, ct, summary, parents = line.split("\x00")
