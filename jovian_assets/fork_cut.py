@@ -107,11 +107,12 @@ def spread_minutes(cut: ForkCut) -> float | None:
 
 
 def skipped_commits(pkg: PackageCut, window: tuple[datetime, datetime]) -> list[tuple[str, BranchCommit]]:
-    """(branch, commit) a same-moment cut would have taken; empty when no branch has a commit in the window."""
-    if not any(window[0] <= c.committed_at <= window[1] for b in pkg.branches for c in b.commits):
-        return []
+    """(branch, commit) a same-moment cut would have taken: the commits after the pin of every branch that
+    has one in the window (another line, e.g. an old r18 branch, skipped nothing). Empty: no such branch."""
     seen: dict[str, tuple[str, BranchCommit]] = {}
     for branch in pkg.branches:
+        if not any(window[0] <= c.committed_at <= window[1] for c in branch.commits):
+            continue
         for commit in branch.commits:
             seen.setdefault(commit.sha, (branch.name, commit))
     return sorted(seen.values(), key=lambda bc: bc[1].committed_at)
