@@ -3,6 +3,7 @@ while vLLM + b12x are one cut, and a lineage split into jovian-judgement-r39/) a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def _commit(minutes: float, summary: str, n: int) -> BranchCommit:
     return BranchCommit(sha=f"{n:x}" * 40 if n < 16 else f"{n:040x}", committed_at=CUT + timedelta(minutes=minutes), summary=summary)
 
 
-def _pkg(name: str, minutes: float, *, previous: str | None = None, commits: list[BranchCommit] = ()) -> PackageCut:  # type: ignore[assignment]
+def _pkg(name: str, minutes: float, *, previous: str | None = None, commits: Sequence[BranchCommit] = ()) -> PackageCut:
     branch = BranchTip(name=f"integration/glm53-{name}", tip=(commits[0].sha if commits else SHA[name]),
                        ahead=len(commits), behind=0, commits=list(commits))
     return PackageCut(name=name, repository=f"file:///{name}.git", commit=SHA[name], lock_tree="t" * 40, tree="t" * 40,
@@ -52,7 +53,8 @@ def test_r39_lmcache_held_while_vllm_and_b12x_are_one_cut_passes_and_reports_the
 def test_r28_half_cut_names_the_commits_the_left_behind_forks_skipped() -> None:
     b12x = [_commit(1, "glm53 r28 release cut", 5), _commit(-60, "DeepSeek loader: skip absent MTP layers", 6),
             _commit(-150, "GLM loader: fuse shared-expert scales", 7)]
-    lmcache = [_commit(2, "glm53 r28 release cut", 8), _commit(-45, "MP transfer: retry short shared-memory reads", 9)]
+    lmcache = [_commit(2, "glm53 r28 release cut", 8), _commit(-45, "MP transfer: retry short shared-memory reads", 9),
+               _commit(-50, "mirror from https://bot:s3cret@git.example/lmcache\n# held: forged", 10)]  # the fork's words
     cut = ForkCut(rev="r28", window_minutes=30, previous_rev="r27", packages=[
         _pkg("vllm", 0, previous="a" * 40), _pkg("b12x", -2880, previous=SHA["b12x"], commits=b12x),
         _pkg("lmcache", -2880, previous=SHA["lmcache"], commits=lmcache)])
@@ -61,6 +63,7 @@ def test_r28_half_cut_names_the_commits_the_left_behind_forks_skipped() -> None:
     assert "b12x stayed at c2dc1cf0 (unchanged since r27)" in one.description and "skipped 3 commit(s)" in one.description
     assert f"{'7' * 12} 2026-09-21T11:30Z GLM loader: fuse shared-expert scales" in one.description  # sha, time, subject
     assert "lmcache stayed at 29bc5a2e" in one.description and "MP transfer: retry short shared-memory reads" in one.description
+    assert "s3cret" not in one.description and "forged" not in one.description  # one line, no credentials
     assert not holds(cut)
 
 
