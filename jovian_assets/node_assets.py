@@ -61,7 +61,7 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
                               f".../jovian/{rev}/deps: re-run dep_trees for {rev}")
     with git.checkout(url=jovian.build_repo, sha=build_profile.build_commit) as build, tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "context"
-        checksum = stage_build_dir(build_checkout=build.path, jovian=jovian, deps_root=deps_root, dest=staged)
+        checksum = stage_build_dir(build_checkout=build.path, build_dir=build_profile.build_dir, deps_root=deps_root, dest=staged)
         spark.put_tree(node=node, local_dir=staged, remote_dir=f"{remote_dir}/context")
     argv = ["flock", "../../../.build.lock", "env", f"TAG={tag}", f"PROFILE={rev}", f"BUILD_DIR_CHECKSUM={checksum}",
             *jovian.build_command]

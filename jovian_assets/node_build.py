@@ -12,14 +12,15 @@ import json
 import re
 import shutil
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from jovian_assets.models import Finding
 from jovian_assets.source_lock import SourceLock
 from resources.errors import LockstepError
-from resources.site import BootGate, JovianSection
+from resources.names import under
+from resources.site import BootGate
 from resources.spark import DetachedHandle, SparkError, SparkNodes
 
 CHECKSUM_LABEL = "lockstep.build_dir_checksum"
@@ -94,13 +95,13 @@ def image_tag(template: str, rev: str) -> str:
     return tag
 
 
-def stage_build_dir(*, build_checkout: Path, jovian: JovianSection, deps_root: Path | None, dest: Path) -> str:
-    """The build context to ship: the build dir (versions.env, profiles/, build.sh, ...) plus the fetched
-    dependency trees under deps/, without any .git links. Returns the manifest checksum."""
+def stage_build_dir(*, build_checkout: Path, build_dir: str, deps_root: Path | None, dest: Path) -> str:
+    """The build context to ship: the rev's lineage dir (versions.env, profiles/, build.sh, ...) plus the
+    fetched dependency trees under deps/, without any .git links. Returns the manifest checksum."""
     if dest.exists():
         shutil.rmtree(dest)
     ignore = shutil.ignore_patterns(".git")
-    shutil.copytree(build_checkout / jovian.build_dir, dest, ignore=ignore, symlinks=True)
+    shutil.copytree(under(build_checkout, *PurePosixPath(build_dir).parts), dest, ignore=ignore, symlinks=True)
     if deps_root is not None and deps_root.exists():
         shutil.copytree(deps_root, dest / "deps", ignore=ignore, symlinks=True)
     return manifest_checksum(dest)

@@ -63,11 +63,15 @@ def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None
               help="The new vLLM tree also moves cmake pins (FlashMLA, CUTLASS_REVISION): the dep table goes stale.")
 @click.option("--break-import", is_flag=True,
               help="The new vLLM commit drops vllm/_flashkda_C: the image builds, its flashkda boot gate fails.")
-def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, break_import: bool) -> None:
+@click.option("--hold", multiple=True, type=click.Choice(["vllm", "b12x", "lmcache"]),
+              help="Hold this fork on purpose (repeatable): no new commits on it, the lock keeps the previous pin (r39's LMCache).")
+def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, break_import: bool,
+                        hold: tuple[str, ...]) -> None:
     """Cut rev NAME across the sandbox forks and publish its source lock; print the lab commit and lock path."""
     from sandbox.jovian_world import new_lab_rev
 
-    rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import))
+    rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import,
+                                     hold=hold))
     click.echo(rev.lab_commit)
     click.echo(rev.lock_path)
 

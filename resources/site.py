@@ -284,6 +284,22 @@ DEFAULT_VERSIONS_KEYS = {
 DEFAULT_REPOSITORY_KEYS = {"vllm.repository": "VLLM_REPO", "b12x.repository": "B12X_REPO", "lmcache.repository": "LMCACHE_REPO"}
 
 
+def rev_order(rev: str) -> tuple[str | int, ...]:
+    """How the lab's revs order: digit runs compare as numbers (r2 < r10 < r39), the rest as text.
+
+    `re.split` with a capturing group alternates text and digit runs, so every position of two keys
+    holds the same type and any two revs compare."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", rev)))
+
+
+class Lineage(_Table):
+    """``[[jovian.lineages]]``: from `from_rev` on, revs build from `dir` (its own versions.env,
+    fetch-deps.sh gate list and profiles/), e.g. the runbook's r39 split into jovian-judgement-r39/."""
+
+    dir: Annotated[str, _checked(check_relative_path, "lineage dir")] = Field(description="In the build repo.")
+    from_rev: Annotated[str, _checked(check_name, "lineage from_rev")] = Field(description="The first rev of the lineage.")
+
+
 class JovianSection(_Table):
     """``[jovian]``: the lab's source locks, the engine forks they pin, and the build repo that adopts them."""
 
@@ -315,7 +331,26 @@ class JovianSection(_Table):
     poll_s: float = Field(default=30.0, gt=0)
     boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
     lane: LaneSection | None = None
+    lineages: list[Lineage] = Field(
+        default_factory=list, description="Build dirs by rev: a rev before every lineage builds from build_dir.")
     owners: Owners | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
+
+    @model_validator(mode="after")
+    def _one_lineage_per_rev(self) -> JovianSection:
+        seen: dict[tuple[str | int, ...], Lineage] = {}
+        for i, lineage in enumerate(self.lineages):
+            key = rev_order(lineage.from_rev)
+            if key in seen:
+                raise KeyRefused(("lineages", i, "from_rev"), (
+                    f"from_rev {lineage.from_rev!r} already starts lineage {seen[key].dir!r}: one rev cannot build "
+                    "from two dirs; give each lineage its own first rev"))
+            seen[key] = lineage
+        return self
+
+    def build_dir_for(self, rev: str) -> str:
+        """The build dir of `rev`: the lineage with the latest `from_rev` at or before it, else build_dir."""
+        started = [lin for lin in self.lineages if rev_order(lin.from_rev) <= rev_order(rev)]
+        return max(started, key=lambda lin: rev_order(lin.from_rev)).dir if started else self.build_dir
 
     @field_validator("versions_keys", "repository_keys")
     @classmethod

@@ -126,6 +126,7 @@ class LabRev(BaseModel):
     half_cut: bool = False
     moved_deps: dict[str, str] = Field(default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)")
     broken_import: bool = Field(default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import).")
+    held: list[str] = Field(default_factory=list, description="Packages pinned as the previous rev had them, their forks untouched (hold).")
     lock_text: str = ""
 
 
@@ -364,13 +365,17 @@ def _move_flashmla(w: JovianRepos, when: datetime, cutlass_commit: str) -> str:
 
 
 def _cut_forks(
-    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False
+    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False,
+    hold: tuple[str, ...] = (),
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """Push one rev's work and pin commits to every fork. Returns (tips, branches, moved cmake deps)."""
+    """Push one rev's work and pin commits to every fork but the held ones (nothing is pushed to those).
+    Returns (tips, branches, moved cmake deps)."""
     tips: dict[str, str] = {}
     branches: dict[str, str] = {}
     moved: dict[str, str] = {}
     for pkg in PACKAGES:
+        if pkg in hold:
+            continue
         bare = w.path(pkg)
         if pkg == "lmcache":
             branch = LMCACHE_BRANCH
@@ -424,13 +429,13 @@ def _doc_rows(doc: str) -> list[tuple[str, str, str, str]]:
 
 def _publish_rev(
     w: JovianRepos, rev: str, cut: datetime, *, previous: tuple[str, dict[str, str]] | None,
-    half_cut: bool, move_dep: bool, break_import: bool = False,
+    half_cut: bool, move_dep: bool, break_import: bool = False, hold: tuple[str, ...] = (),
 ) -> LabRev:
     tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep,
-                                       break_import=break_import)
+                                       break_import=break_import, hold=hold)
     locked: dict[str, src.LockedPackage] = {}
     for pkg in PACKAGES:
-        if half_cut and previous is not None and pkg != "vllm":
+        if previous is not None and (pkg in hold or (half_cut and pkg != "vllm")):
             locked[pkg] = _locked_from(previous[1], pkg)
             continue
         sha = tips[pkg]
@@ -457,6 +462,8 @@ def _publish_rev(
     rows = _doc_rows(_show(lab, lab_tip, src.MODEL_DOC))
     rows.append((rev, f"{cut:%Y%m%d}", locked["vllm"].commit, locked["b12x"].commit))
     what = " (vLLM only; b12x/LMCache held at " + previous[0] + ")" if half_cut and previous else ""
+    if hold and previous:
+        what = f" ({', '.join(hold)} held at {previous[0]}, unchanged)"
     lab_commit = fast_import(lab, [Commit(
         LAB_BRANCH, f"glm-5.3-flash: {rev} source lock{what}", cut + timedelta(minutes=40),
         {lock_path(rev): text, src.MODEL_DOC: src.model_doc(rows)}, parent=lab_tip, ident=LAB,
@@ -468,6 +475,7 @@ def _publish_rev(
         committed_at={p: _commit_time(w.path(p), locked[p].commit) for p in PACKAGES},
         branches=branches, previous=previous[0] if previous else None,
         half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import, lock_text=text,
+        held=[p for p in hold if previous],
     )
 
 
@@ -581,7 +589,8 @@ def _next_cut(w: JovianRepos) -> datetime:
 
 
 def new_lab_rev(
-    root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False
+    root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False,
+    hold: tuple[str, ...] = (),
 ) -> LabRev:
     """Cut a new rev across the forks and publish its source lock in the lab repo.
 
@@ -592,11 +601,15 @@ def new_lab_rev(
     cutlass moved, and CUTLASS_REVISION to v4.7.1), so the fetch-deps dep table is stale.
     `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but the
     `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
+    `hold`: packages held on purpose (the runbook's r39 holds LMCache at 29bc5a2e): nothing is pushed to
+    their forks and the lock keeps the previous rev's pins, while the other forks are one cut.
     """
     from sandbox.world import up
 
     if not _REV_NAME.match(name):
         raise LockstepError(f"{name!r} is not a rev name (letters, digits, '.', '_', '-'; like r28)")
+    if unknown := [p for p in hold if p not in PACKAGES]:
+        raise LockstepError(f"cannot hold {', '.join(unknown)}: the forks are {', '.join(PACKAGES)}")
     sb = up(root)
     w = JovianRepos(repos=sb.repos)
     if _exists(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(name)):
@@ -607,4 +620,35 @@ def new_lab_rev(
     prev = revs[-1]
     prev_lock = src.parse_lock(_show(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(prev)))
     return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep,
-                        break_import=break_import)
+                        break_import=break_import, hold=tuple(hold))
+
+
+_GATE_LINE = re.compile(r"^gate (\S+) +(\S+) (\S+)$", re.M)
+
+
+def add_lineage(root: Path, build_dir: str, *, from_rev: str, moved_deps: dict[str, str] | None = None) -> str:
+    """Split a build lineage off the current one, as the runbook's r39 did (`jovian-judgement-r39/`):
+    the build repo gets `build_dir` with the base dir's versions.env, build.sh and Dockerfile, its own
+    profiles/ and a fetch-deps.sh whose gates carry `moved_deps` (cmake dep -> new tag, e.g. a LabRev's
+    moved_deps), and the site file a `[[jovian.lineages]]` entry. Returns the build repo's new commit."""
+    from sandbox.world import up
+
+    sb = up(root)
+    w = JovianRepos(repos=sb.repos)
+    tip = _tip(w.build, f"refs/heads/{BUILD_BRANCH}")
+    base_gates = _show(w.build, tip, f"{BUILD_DIR}/fetch-deps.sh")
+    gates = [src.Gate(name=n, repository=r, tag=(moved_deps or {}).get(n, t)) for n, r, t in _GATE_LINE.findall(base_gates)]
+    versions = _show(w.build, tip, f"{BUILD_DIR}/versions.env")
+    commit = fast_import(w.build, [Commit(BUILD_BRANCH, f"{build_dir}: new build lineage from {from_rev} (every cmake pin moved)",
+                                          _commit_time(w.build, tip) + timedelta(hours=1), {
+        f"{build_dir}/versions.env": versions.replace(f"# {BUILD_DIR} pins:", f"# {build_dir} pins (lineage from {from_rev}):", 1),
+        f"{build_dir}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, from_rev)),
+        f"{build_dir}/build.sh": Exe(_show(w.build, tip, f"{BUILD_DIR}/build.sh")),
+        f"{build_dir}/Dockerfile": _show(w.build, tip, f"{BUILD_DIR}/Dockerfile"),
+        f"{build_dir}/profiles/.keep": "",
+    }, parent=tip, ident=BUILDER)])[0]
+    # The site file as the sandbox writes it says `lineages = []` in [jovian]: an array of tables cannot follow that.
+    text = re.sub(r"^lineages = \[\]\n", "", sb.site_file.read_text(encoding="utf-8"), flags=re.M)
+    sb.site_file.write_text(text.rstrip("\n") + f'\n\n[[jovian.lineages]]\ndir = "{build_dir}"\nfrom_rev = "{from_rev}"\n',
+                            encoding="utf-8")
+    return commit
