@@ -22,16 +22,13 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from resources.errors import LockstepError
 from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
-
-if TYPE_CHECKING:
-    from sandbox.world import Sandbox
+from sandbox.layout import BUILD_NODE, LANE_NODES, Sandbox
 
 UTC = timezone.utc
 UPSTREAM = ("sandbox upstream", "upstream@sandbox.invalid")
@@ -537,8 +534,6 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
 # The sandbox lane and its bench gate: the simulated tool-eval-bench scores a little above this
 # baseline by default (sandbox/fake_bench.py: 71.6), and can be told to score low.
 LANE = "glm53-2x"
-BUILD_NODE = "spark-build"
-LANE_NODES = ["spark-a", "spark-b"]
 BASELINE_SCORE = 70.5
 TOLERANCE = 1.0
 
@@ -593,12 +588,12 @@ def new_lab_rev(
     `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but the
     `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
     """
-    from sandbox.world import up
-
     if not _REV_NAME.match(name):
         raise LockstepError(f"{name!r} is not a rev name (letters, digits, '.', '_', '-'; like r28)")
-    sb = up(root)
-    w = JovianRepos(repos=sb.repos)
+    sb = Sandbox(root=root.resolve())
+    if not sb.site_file.is_file():
+        raise LockstepError(f"no sandbox at {sb.root} (no {sb.site_file.name}): run `lockstep sandbox up` first")
+    w = jovian_up(sb)
     if _exists(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(name)):
         raise LockstepError(f"{w.url('rtx6kpro')} already has {lock_path(name)}: a rev is published once; pick a new name")
     revs = published_revs(w)
