@@ -111,17 +111,18 @@ def expected_pins(lock: SourceLock) -> dict[str, str]:
     return {name: pkg.version or pkg.commit for name, pkg in lock.packages.items()}
 
 
-def gate_context(lock: SourceLock) -> dict[str, str]:
+def gate_context(lock: SourceLock, *, escape: bool = True) -> dict[str, str]:
+    """What a gate's `expect` is filled with; `escape=False`: the plain values, for a message."""
     ctx = {"rev": lock.rev}
     for name, pkg in lock.packages.items():
         ctx[f"{name}_commit8"] = pkg.commit[:8]
-        ctx[f"{name}_version"] = re.escape(pkg.version or "")
+        ctx[f"{name}_version"] = re.escape(pkg.version or "") if escape else (pkg.version or "")
     return ctx
 
 
 def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], lock: SourceLock) -> tuple[Finding, dict[str, dict[str, str]]]:
     """Each boot gate as `docker run --rm TAG python -c CODE` on the node; every gate's output is kept."""
-    ctx = gate_context(lock)
+    ctx, plain = gate_context(lock), gate_context(lock, escape=False)
     outputs: dict[str, dict[str, str]] = {}
     failed: list[str] = []
     for gate in gates:
@@ -135,7 +136,8 @@ def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], 
         if gate.expect:
             pattern = gate.expect.format(**ctx)
             if not re.search(pattern, out, re.M):
-                failed.append(f"{gate.name}: output {out[-200:]!r} does not match {pattern!r}")
+                expected = gate.expect.format(**plain).removeprefix("^").removesuffix("$")
+                failed.append(f"{gate.name}: expected {expected!r}, found {out[-200:]!r} (pattern {pattern!r})")
     if failed:
         return Finding(passed=False, description=f"{len(failed)} of {len(gates)} boot gates failed on {node}: " + "; ".join(failed)), outputs
     return Finding(passed=True, description=f"all {len(gates)} boot gates pass on {node}"), outputs

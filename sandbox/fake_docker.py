@@ -7,7 +7,7 @@ contract for:
     docker build -t TAG [--build-arg K[=V]]... [--label K=V]... [-f Dockerfile] [-q] DIR
     docker image inspect [--format TEMPLATE] IMAGE...      (also `docker inspect`)
     docker images | docker image ls
-    docker save [-o FILE] IMAGE...                          (a docker-archive tar on stdout)
+    docker save [-o FILE] IMAGE...                          (a docker-archive tar on stdout; `-o -` refused)
     docker load [-i FILE] [-q]                              (a docker-archive tar on stdin)
     docker run [--rm] [-e K=V]... IMAGE python|python3 ARGS...
     docker tag SRC DST | docker rmi IMAGE... | docker image rm IMAGE... | docker version
@@ -658,7 +658,12 @@ def save(store: Store, refs: list[str], output: str | None) -> int:
             _err(f"Error response from daemon: reference does not exist: {ref}")
         tags = [normalize_tag(ref)] if normalize_tag(ref) in store.repositories() else store.tags_of(image_id)
         chosen.append((image_id, tags))
-    if output in (None, "-"):
+    if output == "-":
+        # The runbook (Distribute): "the docker save -o - variant is broken on this stack". Refused
+        # before a byte reaches stdout, so a distribute switched to `-o -` fails loudly, never half-loads.
+        _err("docker save -o -: writing the archive to '-' is broken on this stack (DGX Spark nodes, runbook: "
+             "Distribute); stream it with plain `docker save IMAGE` to stdout: docker save IMG | ssh dst docker load")
+    if output is None:
         if sys.stdout.isatty():
             _err("cowardly refusing to save to a terminal. Use the -o flag or redirect")
         sink: IO[bytes] = sys.stdout.buffer

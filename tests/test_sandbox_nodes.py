@@ -11,12 +11,17 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import dagster as dg
 import git
 import pytest
 from click.testing import CliRunner
 
+from jovian_assets.node_assets import distributed_image
+from jovian_assets.node_build import NodeBuildFailed, NodeImage, run_gates
+from jovian_assets.source_lock import parse_source_lock
 from lockstep.cli import main
-from resources.site import DEFAULT_BOOT_GATES, DEFAULT_VERSIONS_KEYS, load_site
+from resources.site import DEFAULT_BOOT_GATES, DEFAULT_VERSIONS_KEYS, SiteResource, load_site
+from resources.spark import PipeFailed, spark_for
 from sandbox.jovian_sources import FLASHKDA_EXTENSION, parse_lock
 from sandbox.jovian_world import BUILD_DIR, lock_path, new_lab_rev
 from sandbox.spark_nodes import NODES, install_node, install_nodes, node_env, set_bench_knobs
@@ -334,6 +339,65 @@ def test_docker_cli_edges(r28: dict, tmp_path: Path) -> None:
     assert out(sh(node, "docker", "rmi", "jovian-judgement:alias")) == "Untagged: jovian-judgement:alias\n"
     assert out(sh(node, "docker", "rmi", r28["tag"])) == f"Untagged: {r28['tag']}\nDeleted: {r28['id']}\n"
     assert stored(node) == []
+
+
+# -- lockstep's distribute and gates on these nodes -------------------------------------------------
+
+
+def node_image(r28: dict, image_id: str | None = None) -> NodeImage:
+    return NodeImage(rev="r28", tag=r28["tag"], node="spark-build", image_id=image_id or r28["id"],
+                     build_dir_checksum="c0ffee", duration_s=0.0)
+
+
+def distribute(world: Sandbox, image: NodeImage) -> dg.Output:
+    spark = spark_for(load_site(world.site_file))
+    try:
+        return distributed_image(dg.build_asset_context(), site=SiteResource(path=str(world.site_file)), spark=spark,
+                                 image=image)
+    finally:
+        spark.close()
+
+
+def test_distribute_streams_plain_docker_save_because_save_to_dash_is_refused(world: Sandbox, r28: dict) -> None:
+    for variant in (["-o", "-"], ["--output=-"]):
+        refused = sh(r28["node"], "docker", "save", *variant, r28["tag"])
+        assert refused.returncode == 1 and refused.stdout == b"", refused
+        assert b"docker save -o -: writing the archive to '-' is broken on this stack" in refused.stderr
+    spark = spark_for(load_site(world.site_file))
+    try:
+        with pytest.raises(PipeFailed, match="docker save -o -") as info:
+            spark.pipe(src="spark-build", src_argv=["docker", "save", "-o", "-", r28["tag"]], dsts=["spark-b"],
+                       dst_argv=["docker", "load"])
+        assert info.value.result.src.bytes == 0
+    finally:
+        spark.close()
+
+    done = distribute(world, node_image(r28))  # lockstep's own argv: passes only as plain `docker save IMG`
+    assert done.value.nodes == {"spark-a": r28["id"], "spark-b": r28["id"]} and done.value.bytes > 0
+
+
+def test_an_image_id_that_differs_after_load_fails_naming_the_node_and_both_ids(world: Sandbox, r28: dict) -> None:
+    recorded = "sha256:" + "ab" * 32  # what jovian/image recorded; the tag on the build node moved since
+    with pytest.raises(NodeBuildFailed) as info:
+        distribute(world, node_image(r28, image_id=recorded))
+    message = str(info.value)
+    assert f"{r28['tag']} is {recorded} on spark-build" in message
+    assert f"spark-a holds {r28['id']}" in message and f"spark-b holds {r28['id']}" in message
+
+
+def test_a_wrong_engine_string_fails_the_pin_gate_naming_expected_and_found(world: Sandbox, r28: dict) -> None:
+    text = git.Repo(world.repos / "rtx6kpro.git").git.show(f"master:{lock_path('r28')}")
+    built = r28["lock"]["vllm.version"]
+    wrong = built.replace("glm53.r28", "glm53.r27")
+    lock = parse_source_lock(text.replace(f"vllm.version={built}", f"vllm.version={wrong}"), lock_path("r28"))
+    (gate,) = [g for g in DEFAULT_BOOT_GATES if g.name == "vllm_import_carries_pin"]
+    spark = spark_for(load_site(world.site_file))
+    try:
+        finding, outputs = run_gates(spark, node="spark-build", tag=r28["tag"], gates=[gate], lock=lock)
+    finally:
+        spark.close()
+    assert not finding.passed and outputs["vllm_import_carries_pin"]["stdout"] == built
+    assert f"vllm_import_carries_pin: expected {wrong!r}, found {built!r}" in finding.description
 
 
 # -- bench -----------------------------------------------------------------------------------------
