@@ -22,7 +22,10 @@ from resources.errors import LockstepError
 from resources.site import BootGate, JovianSection
 from resources.spark import DetachedHandle, SparkError, SparkNodes
 
-CHECKSUM_LABEL = "lockstep.build_dir_checksum"
+# The label `sm121 build` stamps, and lockstep too (through build.sh's BUILD_DIR_CHECKSUM): one label,
+# one definition (manifest_checksum over the build dir as committed), so an image built by either
+# tool compares with the dir, and a hand-built (unlabeled) one is the informational STALE warning.
+CHECKSUM_LABEL = "sm121.checksum"
 MAX_POLL_MISSES = 5
 
 
@@ -96,14 +99,33 @@ def image_tag(template: str, rev: str) -> str:
 
 def stage_build_dir(*, build_checkout: Path, jovian: JovianSection, deps_root: Path | None, dest: Path) -> str:
     """The build context to ship: the build dir (versions.env, profiles/, build.sh, ...) plus the fetched
-    dependency trees under deps/, without any .git links. Returns the manifest checksum."""
+    dependency trees under deps/, without any .git links. Returns the build dir's checksum.
+
+    The checksum covers the build dir alone, as sm121 computes it: deps/ is lockstep's staging of what
+    the dir's pins already name, and a manually built image (no deps/) must compare equal."""
     if dest.exists():
         shutil.rmtree(dest)
     ignore = shutil.ignore_patterns(".git")
     shutil.copytree(build_checkout / jovian.build_dir, dest, ignore=ignore, symlinks=True)
+    checksum = manifest_checksum(dest)
     if deps_root is not None and deps_root.exists():
         shutil.copytree(deps_root, dest / "deps", ignore=ignore, symlinks=True)
-    return manifest_checksum(dest)
+    return checksum
+
+
+def label_finding(tag: str, labels: dict[str, str], checksum: str) -> Finding:
+    """Whether the image's sm121.checksum label is the build dir's checksum (a WARN, informational)."""
+    label = labels.get(CHECKSUM_LABEL)
+    if label == checksum:
+        return Finding(passed=True, description=f"labelled {CHECKSUM_LABEL}={checksum[:16]}...: built from this build dir")
+    if not label:
+        return Finding(passed=False, description=(
+            f"STALE: unlabeled {tag}: no {CHECKSUM_LABEL} label, so nothing says which build dir it came from "
+            f"(a hand-built image?). Informational; the build dir is {checksum[:16]}... — rebuild through lockstep "
+            "or `sm121 build` to know what it holds"))
+    return Finding(passed=False, description=(
+        f"STALE: {tag} carries {CHECKSUM_LABEL}={label[:16]}..., not this build dir's {checksum[:16]}...: it was "
+        "built from another state of the dir (another profile or pin set)"))
 
 
 def expected_pins(lock: SourceLock) -> dict[str, str]:

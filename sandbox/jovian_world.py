@@ -493,6 +493,8 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
         f"{d}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, first.name)),
         f"{d}/build.sh": Exe(src.BUILD_SH),
         f"{d}/Dockerfile": src.DOCKERFILE,
+        f"{d}/patch_cuda_sm12x.py": src.PATCH_CUDA_SM12X_PY,
+        f"{d}/gb10-deviations.toml": src.GB10_DEVIATIONS,
         f"{d}/profiles/.keep": "",
         RECIPE: src.recipe_toml(lane="glm53-2x", image_tag=f"{d}:{first.name}-glm53", build_dir=d,
                                 profile=first.name),
