@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from jovian_assets import dep_table as dt
+from jovian_assets import gb10
 from jovian_assets.dep_trees import GITLINKS_POPULATED, fetch_dep, gitlinks_populated
 from jovian_assets.fork_cut import (
     NEWER_CUT,
@@ -40,6 +41,8 @@ PROFILE_KEYS_KNOWN = "profile_keys_known"
 RECIPES_TOP_LEVEL = "recipes_build_profile_top_level"
 CUDA_PINS_GATED = "cuda_pins_gated"
 CMAKE_PINS_RESOLVED = "cmake_pins_resolved"
+RECIPES_NO_SCATTERED_PINS = "recipes_no_scattered_pins"
+GB10_DEVIATIONS_CURRENT = "gb10_deviations_current"
 
 
 class AdoptionRefused(LockstepError):
@@ -189,6 +192,12 @@ def _holds_table(held: list[HeldPin]) -> dg.MetadataValue:
                           description="Every profile key exists in versions.env (a typo is an error, not a silent extra key)."),
         dg.AssetCheckSpec(RECIPES_TOP_LEVEL, asset=BUILD_PROFILE, blocking=True,
                           description="Every recipe that names build_profile has it as a TOP-LEVEL key, as tomllib reads it."),
+        dg.AssetCheckSpec(RECIPES_NO_SCATTERED_PINS, asset=BUILD_PROFILE,
+                          description="WARN when a recipe's own [build.versions] sets a pin key of the profile (scattered "
+                          "per-recipe pins), naming the recipe file, line and keys."),
+        dg.AssetCheckSpec(GB10_DEVIATIONS_CURRENT, asset=BUILD_PROFILE,
+                          description="WARN when the vLLM tree's requirements/cuda.txt runtime pins (CUDA, torch, flashinfer, "
+                          "NCCL) moved since the build dir's gb10-deviations.toml was written: re-evaluate the GB10 deviations."),
     ],
     description=(
         "`<lineage dir>/profiles/<rev>.env` in the build repo (the rev's `[[jovian.lineages]]` dir, else "
@@ -218,6 +227,11 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
                               holds=[h.description for h in fork_cut.holds])
         recipes = {p: _recipe_finding(wt.path, p)
                    for p in sorted(str(f.relative_to(wt.path)) for f in wt.path.rglob("*.toml") if glob_match(jovian.recipes_glob, str(f.relative_to(wt.path))))}
+        pin_keys = {*jovian.versions_keys.values(), *jovian.repository_keys.values(), *(d.key for d in diff)}
+        scattered = {p: _scattered_finding(wt.path, p, pin_keys) for p in recipes}
+        deviations_rel = f"{lineage}/{gb10.DEVIATIONS_FILE}"
+        deviations_file = inside(wt.path, lineage, gb10.DEVIATIONS_FILE)
+        deviations_text = read_text(deviations_file, deviations_rel) if deviations_file.is_file() else None
         target = inside(wt.path, lineage, "profiles", f"{rev}.env")
         pushed, commit = False, wt.base_sha
         if not unknown and (not target.exists() or target.read_text(encoding="utf-8") != text):
@@ -242,6 +256,16 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
     yield _check(BUILD_PROFILE, RECIPES_TOP_LEVEL, Finding(
         passed=all(f.passed for f in placed),
         description="; ".join(f.description for f in placed if not f.passed) or f"{len(placed)} recipe(s) name build_profile at the top level"))
+    overriding = [f for f in scattered.values() if f is not None]
+    yield _check(BUILD_PROFILE, RECIPES_NO_SCATTERED_PINS, Finding(
+        passed=all(f.passed for f in overriding),
+        description="; ".join(f.description for f in overriding if not f.passed)
+        or f"no recipe sets a profile pin in its [build.versions] ({len(overriding)} have one)"), dg.AssetCheckSeverity.WARN)
+    vllm = source_lock.lock.packages[jovian.cmake_package]
+    yield _check(BUILD_PROFILE, GB10_DEVIATIONS_CURRENT, gb10.deviations_finding(
+        tree=f"{jovian.cmake_package}@{vllm.commit[:12]}",
+        cuda_txt=git.show_file(url=vllm.repository, sha=vllm.commit, path=gb10.CUDA_REQUIREMENTS),
+        deviations_path=deviations_rel, deviations_text=deviations_text), dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset(
@@ -301,6 +325,13 @@ def _recipe_finding(root: Path, rel: str) -> Finding | None:
     """Where a recipe puts build_profile; a recipe that cannot be read fails the check naming file:line."""
     try:
         return recipe_profile_placement(read_text(root / rel, rel), rel)
+    except FileFormatError as exc:
+        return Finding(passed=False, description=str(exc))
+
+
+def _scattered_finding(root: Path, rel: str, pin_keys: set[str]) -> Finding | None:
+    try:
+        return gb10.recipe_pin_overrides(read_text(root / rel, rel), rel, pin_keys)
     except FileFormatError as exc:
         return Finding(passed=False, description=str(exc))
 

@@ -69,7 +69,9 @@ def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, b
                         hold: tuple[str, ...]) -> None:
     """Cut rev NAME across the sandbox forks and publish its source lock; print the lab commit and lock path."""
     from sandbox.jovian_world import new_lab_rev
+    from sandbox.world import up
 
+    _guard(lambda: up(root))  # new_lab_rev cuts in an existing sandbox; this command brings one up first
     rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import,
                                      hold=hold))
     click.echo(rev.lab_commit)

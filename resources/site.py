@@ -434,6 +434,12 @@ class BootGate(_Table):
     expect: str | None = None
 
 
+# patch_cuda_sm12x.py + the eugr set, in the order they run (runbook: GB10 adaptation deltas).
+SM12X_PATCHES = (
+    "preserve_sm12x_target", "sm120_cooperative_topk", "spark_kv_cache_cleanup", "b12x_c128a_alignment",
+    "flashinfer_swigluoai", "speculator_cudagraph_pool", "routed_expert_weight_shape",
+)
+
 DEFAULT_BOOT_GATES = [
     BootGate(name="vllm_import_carries_pin", code="import vllm; print(vllm.__version__)", expect=r"^{vllm_version}$"),
     BootGate(name="b12x_import", code="import b12x; print(b12x.__name__)"),
@@ -444,6 +450,31 @@ DEFAULT_BOOT_GATES = [
     BootGate(name="nvfp4_ds_mla_present",
              code="import pathlib, vllm; t = (pathlib.Path(vllm.__file__).parent / 'config' / 'cache.py').read_text(); "
                   "assert 'nvfp4_ds_mla' in t, 'nvfp4_ds_mla missing from vllm/config/cache.py'; print('ok')"),
+    # GB10 (runbook: GB10 adaptation deltas). No GPU at gate time, so not torch.cuda: the arch list the
+    # build read off its own compiled kernels (`cuobjdump --list-elf`, <pkg>/_cuda_archs.txt). That is
+    # what nvcc emitted, so it shows 12.1a silently collapsed to sm_120 where the build args say 12.1a.
+    BootGate(name="cuda_arch_sm121a", code=(
+        "import pathlib, vllm, lmcache\n"
+        "for m in (vllm, lmcache):\n"
+        "    f = pathlib.Path(m.__file__).parent / '_cuda_archs.txt'\n"
+        "    assert f.is_file(), m.__name__ + '/_cuda_archs.txt is missing: the build did not record the arch of its kernels'\n"
+        "    a = f.read_text().split()\n"
+        "    assert 'sm_121a' in a, (m.__name__ + ' kernels are compiled for ' + (' '.join(a) or 'nothing') + ', not sm_121a '\n"
+        "                            '(TORCH_CUDA_ARCH_LIST=12.1a collapses to 12.0 without preserve_sm12x_target)')\n"
+        "    print(m.__name__, ' '.join(a))\n"
+    )),
+    # The marker patch_cuda_sm12x.py writes into the vLLM tree it patched: every patch of the set, each
+    # applied once (the script is idempotent: a re-run finds its markers and changes nothing).
+    BootGate(name="sm12x_patch_set_applied", code=(
+        "import json, pathlib, vllm\n"
+        "f = pathlib.Path(vllm.__file__).parent / '_sm12x_patches.json'\n"
+        "assert f.is_file(), 'vllm/_sm12x_patches.json is missing: patch_cuda_sm12x.py did not run on this vLLM tree'\n"
+        "got = json.loads(f.read_text())['patches']\n"
+        f"need = {list(SM12X_PATCHES)!r}\n"
+        "missing = [p for p in need if p not in got]\n"
+        "assert not missing, 'the sm12x patch set did not run in full: missing ' + ', '.join(missing)\n"
+        "print(' '.join(need))\n"
+    )),
 ]
 
 

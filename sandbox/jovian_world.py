@@ -22,16 +22,13 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from resources.errors import LockstepError
 from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
-
-if TYPE_CHECKING:
-    from sandbox.world import Sandbox
+from sandbox.layout import BUILD_NODE, LANE_NODES, Sandbox
 
 UTC = timezone.utc
 UPSTREAM = ("sandbox upstream", "upstream@sandbox.invalid")
@@ -504,6 +501,8 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
         f"{d}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, first.name)),
         f"{d}/build.sh": Exe(src.BUILD_SH),
         f"{d}/Dockerfile": src.DOCKERFILE,
+        f"{d}/patch_cuda_sm12x.py": src.PATCH_CUDA_SM12X_PY,
+        f"{d}/gb10-deviations.toml": src.GB10_DEVIATIONS,
         f"{d}/profiles/.keep": "",
         RECIPE: src.recipe_toml(lane="glm53-2x", image_tag=f"{d}:{first.name}-glm53", build_dir=d,
                                 profile=first.name),
@@ -545,8 +544,6 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
 # The sandbox lane and its bench gate: the simulated tool-eval-bench scores a little above this
 # baseline by default (sandbox/fake_bench.py: 71.6), and can be told to score low.
 LANE = "glm53-2x"
-BUILD_NODE = "spark-build"
-LANE_NODES = ["spark-a", "spark-b"]
 BASELINE_SCORE = 70.5
 TOLERANCE = 1.0
 
@@ -604,14 +601,12 @@ def new_lab_rev(
     `hold`: packages held on purpose (the runbook's r39 holds LMCache at 29bc5a2e): nothing is pushed to
     their forks and the lock keeps the previous rev's pins, while the other forks are one cut.
     """
-    from sandbox.world import up
-
     if not _REV_NAME.match(name):
         raise LockstepError(f"{name!r} is not a rev name (letters, digits, '.', '_', '-'; like r28)")
     if unknown := [p for p in hold if p not in PACKAGES]:
         raise LockstepError(f"cannot hold {', '.join(unknown)}: the forks are {', '.join(PACKAGES)}")
-    sb = up(root)
-    w = JovianRepos(repos=sb.repos)
+    sb = _existing(root)
+    w = jovian_up(sb)
     if _exists(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(name)):
         raise LockstepError(f"{w.url('rtx6kpro')} already has {lock_path(name)}: a rev is published once; pick a new name")
     revs = published_revs(w)
@@ -623,6 +618,14 @@ def new_lab_rev(
                         break_import=break_import, hold=tuple(hold))
 
 
+def _existing(root: Path) -> Sandbox:
+    """The sandbox at `root`; these cut into an existing one (`lockstep sandbox up` makes it)."""
+    sb = Sandbox(root=root.resolve())
+    if not sb.site_file.is_file():
+        raise LockstepError(f"no sandbox at {sb.root} (no {sb.site_file.name}): run `lockstep sandbox up` first")
+    return sb
+
+
 _GATE_LINE = re.compile(r"^gate (\S+) +(\S+) (\S+)$", re.M)
 
 
@@ -631,10 +634,8 @@ def add_lineage(root: Path, build_dir: str, *, from_rev: str, moved_deps: dict[s
     the build repo gets `build_dir` with the base dir's versions.env, build.sh and Dockerfile, its own
     profiles/ and a fetch-deps.sh whose gates carry `moved_deps` (cmake dep -> new tag, e.g. a LabRev's
     moved_deps), and the site file a `[[jovian.lineages]]` entry. Returns the build repo's new commit."""
-    from sandbox.world import up
-
-    sb = up(root)
-    w = JovianRepos(repos=sb.repos)
+    sb = _existing(root)
+    w = jovian_up(sb)
     tip = _tip(w.build, f"refs/heads/{BUILD_BRANCH}")
     base_gates = _show(w.build, tip, f"{BUILD_DIR}/fetch-deps.sh")
     gates = [src.Gate(name=n, repository=r, tag=(moved_deps or {}).get(n, t)) for n, r, t in _GATE_LINE.findall(base_gates)]
