@@ -10,6 +10,8 @@ from jovian_assets.adoption_assets import (
     fork_cut,
     source_lock,
 )
+from jovian_assets.lane import LANE_SERVING
+from jovian_assets.lane_assets import lane, lane_serving
 from jovian_assets.node_assets import (
     BENCH,
     DISTRIBUTED,
@@ -37,9 +39,10 @@ NO_RETRIES = {"dagster/max_retries": "0"}
 
 build_jovian_rev = dg.define_asset_job(
     "build_jovian_rev",
-    selection=dg.AssetSelection.assets(IMAGE, DISTRIBUTED, BENCH),
+    selection=dg.AssetSelection.assets(IMAGE, DISTRIBUTED, LANE_SERVING, BENCH),
     tags=NO_RETRIES,
-    description="Build an adopted rev on the build node, gate it, distribute it to the lane, bench it and file the report.",
+    description="Build an adopted rev on the build node, gate it, distribute it to the lane, boot it there, bench it and "
+    "file the report.",
 )
 
 
@@ -65,7 +68,9 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
         dep_trees,
         image,
         distributed_image,
+        lane_serving,
         bench_report,
+        lane,
     ]
     return dg.Definitions(
         assets=with_owners(assets, location_owners(site, "jovian")),

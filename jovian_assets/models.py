@@ -138,3 +138,5 @@ class LaneServing(BaseModel):
     warm: bool  # the node's JIT cache was populated before this start
     seconds_to: dict[str, float] = Field(default_factory=dict)  # readiness mark -> seconds after the start
     previous: ServedImage | None = None
+    jit_warm: dict[str, bool] = Field(default_factory=dict)  # lane node -> its JIT cache held files before the start
+    budget_s: float | None = None  # the readiness budget it had (warm or cold)

@@ -490,6 +490,97 @@ class LaneSection(_Table):
     baseline_score: float = Field(description="The lane's quality baseline (glm53-recipe-state.md).")
     tolerance: float = Field(default=1.0, ge=0, description="How far under the baseline a score may fall.")
     bench_timeout_s: float = Field(default=7200.0, gt=0)
+    # Booting a rev on the lane (jovian/lane_serving). One container per lane node; the head (nodes[0])
+    # serves the endpoint, the others run as workers (`worker_args` appended) and bind nothing.
+    serve_command: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SERVE_COMMAND),
+        description="The recipe's serve argv after IMAGE; {tag} {model} {port} {rank} {nnodes} {head} are filled in.")
+    worker_args: list[str] = Field(default_factory=lambda: ["--headless"],
+                                   description="Appended to serve_command on every lane node but the head.")
+    serve_variables: dict[str, str] | None = Field(default=None, description="`-e K=V` for the serving container.")
+    serve_port: int = Field(default=8000, gt=0, lt=65536, description="The head's endpoint port (on the head node).")
+    served_model: Annotated[str, _checked(check_name, "served model name")] = Field(
+        default="glm-5.3-flash", description="The name `/v1/models` lists (`--served-model-name`).")
+    ready_patterns: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_READY_PATTERNS),
+        description="Regexes the head container's log must show, in this order, before the endpoint is asked.")
+    jit_cache_dir: str = Field(default="~/sm121-cache/jit-121f",
+                               description="The node's JIT cache: populated = a warm start, empty = cold.")
+    jit_cache_mount: str = Field(default="/root/.cache/jit-121f", description="Where the container sees it.")
+    warm_budget_s: float = Field(default=20 * 60.0, gt=0, description="Readiness budget when every JIT cache is warm (~9 min).")
+    cold_budget_s: float = Field(default=75 * 60.0, gt=0, description="Readiness budget when a JIT cache is empty (~45 min).")
+    serve_poll_s: float = Field(default=10.0, gt=0, description="Seconds between looks at the container's state and log.")
+
+    @field_validator("serve_command")
+    @classmethod
+    def _serve_command(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("is empty: give the recipe's serve argv, e.g. [\"vllm\", \"serve\", ...]")
+        used: set[str] = set()
+        for word in value:
+            _placeholders(word, set(SERVE_PLACEHOLDERS))
+            used |= {f for _, f, _, _ in string.Formatter().parse(word) if f is not None}
+        if missing := {"port", "model"} - used:
+            raise ValueError(f"never uses {', '.join('{' + m + '}' for m in sorted(missing))}: the endpoint check "
+                             "asks serve_port for served_model, so the command must serve them")
+        if "{" in value[0]:
+            raise ValueError(f"starts with {value[0]!r}: the program must be a fixed word, not a placeholder")
+        return value
+
+    @field_validator("worker_args")
+    @classmethod
+    def _worker_args(cls, value: list[str]) -> list[str]:
+        for word in value:
+            _placeholders(word, set(SERVE_PLACEHOLDERS))
+        return value
+
+    @field_validator("serve_variables")
+    @classmethod
+    def _serve_variables(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return None if value is None else {check_env_key("serve_variables key", k): v for k, v in value.items()}
+
+    @field_validator("ready_patterns")
+    @classmethod
+    def _ready_patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("jit_cache_dir", "jit_cache_mount")
+    @classmethod
+    def _jit_dir(cls, value: str, info: Any) -> str:
+        # Plain parts only: the path becomes one side of `docker run -v SRC:DST`, where ':' and ',' split.
+        home = info.field_name == "jit_cache_dir" and value.startswith("~/")
+        if not (home or value.startswith("/")):
+            where = "absolute or start with ~/ (the node user's home)" if info.field_name == "jit_cache_dir" else (
+                "an absolute path inside the container")
+            raise ValueError(f"{value!r} must be {where}")
+        parts = (value[2:] if home else value.lstrip("/")).split("/")
+        if any(p in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", p) for p in parts):
+            raise ValueError(f"{value!r}: each part must be a plain name (letters, digits, '.', '_', '-'; no '..', "
+                             "no empty part)")
+        return value
+
+    @model_validator(mode="after")
+    def _budgets(self) -> LaneSection:
+        if self.cold_budget_s < self.warm_budget_s:
+            raise KeyRefused(("cold_budget_s",), f"cold_budget_s {self.cold_budget_s:g} is under warm_budget_s "
+                             f"{self.warm_budget_s:g}: an empty JIT cache takes longer (~45 vs ~9 min)")
+        return self
+
+
+# What {placeholders} a serve argv may use: the image tag, the served model name, the endpoint port,
+# this node's rank in the lane (0 = head), the lane's node count and the head's host.
+SERVE_PLACEHOLDERS = ("tag", "model", "port", "rank", "nnodes", "head")
+DEFAULT_SERVE_COMMAND = (
+    "vllm", "serve", "/models/glm-5.3-flash", "--served-model-name", "{model}", "--host", "0.0.0.0", "--port", "{port}",
+    "--tensor-parallel-size", "{nnodes}", "--nnodes", "{nnodes}", "--node-rank", "{rank}", "--master-addr", "{head}",
+)
+# The runbook's serve readiness: the KV-size line ~10 min in, application startup ~5 min after.
+DEFAULT_READY_PATTERNS = (r"GPU KV cache size: ([\d,]+) tokens", r"Application startup complete")
 
 
 def _placeholders(template: str, allowed: set[str]) -> str:

@@ -11,6 +11,7 @@ contract for:
     docker load [-i FILE] [-q]                              (a docker-archive tar on stdin)
     docker run [--rm] [-e K=V]... IMAGE python|python3 ARGS...
     docker tag SRC DST | docker rmi IMAGE... | docker image rm IMAGE... | docker version
+    docker run -d ... | ps | logs | inspect CONTAINER | stop | rm   (containers: sandbox/fake_containers.py)
 
 Anything else exits 125 with a message.
 
@@ -56,6 +57,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, NoReturn
+
+from sandbox.fake_containers import (
+    ContainerError,
+    Containers,
+    logs,
+    parse_run,
+    ps,
+    rm,
+    run_detached,
+    stop,
+)
+from sandbox.fake_containers import inspect_doc as container_doc
 
 SITE_PACKAGES = "usr/local/lib/python3.12/dist-packages"  # nvidia/cuda ubuntu24.04 + `uv pip install --system`
 ARCH = "arm64"  # DGX Spark (GB10) is aarch64
@@ -635,6 +648,31 @@ def inspect(store: Store, refs: list[str], fmt: str | None) -> int:
     return 1 if missing else 0
 
 
+def inspect_containers(store: Store, refs: list[str], fmt: str | None, *, images_too: bool) -> int:
+    """`docker inspect` (a container by name or ID, else an image) and `docker container inspect`."""
+    if not refs:
+        _err(f'"docker {"" if images_too else "container "}inspect" requires at least 1 argument.')
+    containers = Containers(store.root)
+    docs, missing = [], []
+    for ref in refs:
+        cid = containers.find(ref)
+        image_id = store.resolve(ref) if cid is None and images_too else None
+        if cid is not None:
+            docs.append(container_doc(containers, cid))
+        elif image_id is not None:
+            docs.append(inspect_doc(store, image_id))
+        else:
+            missing.append(ref)
+    if fmt is not None:
+        for doc in docs:
+            print(render_format(fmt, doc))
+    else:
+        print(json.dumps(docs, indent=4))
+    for ref in missing:
+        print(f"Error: No such {'object' if images_too else 'container'}: {ref}", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def images(store: Store) -> int:
     rows = [("REPOSITORY", "TAG", "IMAGE ID", "CREATED", "SIZE")]
     repos = store.repositories()
@@ -842,6 +880,16 @@ def load(store: Store, source: str | None, quiet: bool) -> int:
 # ---- run ---------------------------------------------------------------------------------------
 
 
+def run_image(store: Store, ref: str) -> str:
+    """The image `docker run` starts, or the CLI's error for one that is not on the node (no pulls here)."""
+    image_id = store.resolve(ref)
+    if image_id is None:
+        print(f"Unable to find image '{normalize_tag(ref) if _REFERENCE.match(ref) else ref}' locally", file=sys.stderr)
+        _err(f"docker: Error response from daemon: pull access denied for {ref.split(':')[0]}, repository does not "
+             "exist or may require 'docker login'", 125)
+    return image_id
+
+
 def run(store: Store, argv: list[str]) -> int:
     env_extra: dict[str, str] = {}
     i = 0
@@ -865,11 +913,7 @@ def run(store: Store, argv: list[str]) -> int:
     if i >= len(argv):
         _err('"docker run" requires at least 1 argument.', 125)
     ref, command = argv[i], argv[i + 1:]
-    image_id = store.resolve(ref)
-    if image_id is None:
-        print(f"Unable to find image '{normalize_tag(ref) if _REFERENCE.match(ref) else ref}' locally", file=sys.stderr)
-        _err(f"docker: Error response from daemon: pull access denied for {ref.split(':')[0]}, repository does not "
-             "exist or may require 'docker login'", 125)
+    image_id = run_image(store, ref)
     if not command:
         command = store.config(image_id).get("config", {}).get("Cmd") or []
     exe = Path(command[0]).name if command else ""
@@ -955,12 +999,12 @@ def _flag(argv: list[str], names: tuple[str, ...]) -> tuple[str | None, list[str
 
 def dispatch(store: Store, argv: list[str]) -> int:
     if not argv:
-        _err("Usage:  docker [OPTIONS] COMMAND (the sandbox docker: build, images, inspect, load, rmi, run, save, "
-             "tag, version)", 125)
+        _err("Usage:  docker [OPTIONS] COMMAND (the sandbox docker: build, images, inspect, load, logs, ps, rm, rmi, "
+             "run, save, stop, tag, version)", 125)
     cmd, rest = argv[0], argv[1:]
     if cmd == "image" and rest:
         sub, rest = rest[0], rest[1:]
-        cmd = {"inspect": "inspect", "ls": "images", "list": "images", "rm": "rmi", "build": "build", "save": "save",
+        cmd = {"inspect": "image inspect", "ls": "images", "list": "images", "rm": "rmi", "build": "build", "save": "save",
                "load": "load", "tag": "tag"}.get(sub, f"image {sub}")
     if cmd == "build":
         try:
@@ -968,10 +1012,25 @@ def dispatch(store: Store, argv: list[str]) -> int:
         except DockerError as exc:
             raise DockerError(str(exc), 1) from None  # a failed build is exit 1, whatever failed inside it
         return 0
-    if cmd == "inspect":
+    if cmd == "container" and rest:
+        sub, rest = rest[0], rest[1:]
+        cmd = {"ls": "ps", "list": "ps", "ps": "ps", "inspect": "container inspect", "logs": "logs", "stop": "stop",
+               "rm": "rm", "run": "run"}.get(sub, f"container {sub}")
+    if cmd in ("inspect", "container inspect", "image inspect"):
         fmt, refs = _flag(rest, ("-f", "--format"))
-        _, refs = _flag(refs, ("--type",))
+        kind, refs = _flag(refs, ("--type",))
+        if cmd != "inspect":
+            kind = cmd.split()[0]
+        if kind in (None, "container"):
+            return inspect_containers(store, refs, fmt, images_too=kind is None)
         return inspect(store, refs, fmt)
+    if cmd == "run" and parse_run(rest)[0]["detach"]:
+        return run_detached(store, rest, resolve_image=lambda ref: run_image(store, ref), site_packages=SITE_PACKAGES)
+    if cmd in ("ps", "logs", "stop", "rm"):
+        containers = Containers(store.root)
+        if cmd == "ps":
+            return ps(containers, rest, render_format)
+        return {"logs": logs, "stop": stop, "rm": rm}[cmd](containers, rest)
     if cmd == "images":
         return images(store)
     if cmd == "save":
@@ -994,7 +1053,8 @@ def dispatch(store: Store, argv: list[str]) -> int:
               f"  OS/Arch:          linux/{ARCH}")
         return 0
     _err(f"docker: '{cmd}' is not a docker command the sandbox simulates "
-         "(build, images, image inspect|ls|rm, inspect, load, rmi, run, save, tag, version).\nSee 'docker --help'", 125)
+         "(build, images, image inspect|ls|rm, inspect, load, rmi, run, save, tag, version; containers: run -d, ps, "
+         "logs, container inspect, stop, rm).\nSee 'docker --help'", 125)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1005,7 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(root=Path(args[1]))
     try:
         return dispatch(store, args[2:])
-    except DockerError as exc:
+    except (DockerError, ContainerError) as exc:
         message = str(exc)
         print(message if message.startswith(("ERROR", "Error", "docker", "Unable")) else
               (f"ERROR: {message}" if exc.code == 1 else f"docker: {message}"), file=sys.stderr)

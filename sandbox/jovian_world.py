@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -548,9 +549,27 @@ BASELINE_SCORE = 70.5
 TOLERANCE = 1.0
 
 
+# Serving on the sandbox lane (sandbox/fake_containers.py): a cold start takes ~2 s, a warm one well under 1 s
+# (the runbook's ~45 and ~9 minutes scaled down), so the budgets are seconds and the polls short.
+SERVE_WARM_BUDGET_S = 30.0
+SERVE_COLD_BUDGET_S = 60.0
+SERVE_POLL_S = 0.25
+
+
+def free_port() -> int:
+    """A port nothing on 127.0.0.1 listens on now: the lane head's endpoint, chosen when the site is written."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def lane_section() -> LaneSection:
-    """The site's [jovian.lane]: the two lane nodes of the sandbox and their quality baseline."""
-    return LaneSection(name=LANE, nodes=list(LANE_NODES), baseline_score=BASELINE_SCORE, tolerance=TOLERANCE)
+    """The site's [jovian.lane]: the two lane nodes of the sandbox, their quality baseline, and how a rev
+    serves there. Both nodes live on 127.0.0.1: only the head (spark-a) binds the endpoint port, spark-b
+    runs the headless worker, as on a real 2x lane."""
+    return LaneSection(name=LANE, nodes=list(LANE_NODES), baseline_score=BASELINE_SCORE, tolerance=TOLERANCE,
+                       serve_port=free_port(), warm_budget_s=SERVE_WARM_BUDGET_S, cold_budget_s=SERVE_COLD_BUDGET_S,
+                       serve_poll_s=SERVE_POLL_S)
 
 
 def jovian_section(repos: Path) -> JovianSection:

@@ -43,7 +43,7 @@ def test_tpu_graph_shape() -> None:
     jovian = jovian_defs.get_repository_def()
     assert {k.to_user_string() for k in jovian.asset_graph.get_all_asset_keys()} == {
         "jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
-        "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
+        "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
     assert {c.name for c in jovian.asset_graph.asset_check_keys} == {
         "pins_reachable", "trees_match", "one_cut", "newer_cut_available", "profile_keys_known",
         "recipes_build_profile_top_level", "recipes_no_scattered_pins", "gb10_deviations_current", "cuda_pins_gated", "cmake_pins_resolved", "gitlinks_populated", "boot_gates", "image_labeled",
@@ -99,7 +99,7 @@ def test_owners_come_from_the_site_file_when_the_locations_load(sb: Sandbox, tmp
     loaded = load_locations(sb.site_file, tmp_path)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     owners = json.loads(loaded.stdout)
-    assert len(owners) == 14
+    assert len(owners) == 16
     assert {k: v for k, v in owners.items() if k.startswith("tpu/")} == {
         k: ["team:ml-infra"] for k in owners if k.startswith("tpu/")}
     assert {k: v for k, v in owners.items() if k.startswith("jovian/")} == {

@@ -45,6 +45,7 @@ import tomli_w
 from jovian_assets.definitions import jovian_resources
 from jovian_assets.node_assets import DISTRIBUTED
 from resources.site import load_site
+from sandbox.fake_containers import stop_sandbox_containers
 from sandbox.fake_iris import queue_fault, stop_all
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up, use_iris_contract
@@ -66,7 +67,7 @@ SSH_NODE = "spark-b"
 WRONG_REGISTRY_TOKEN = f"{REGISTRY_TOKEN_ENV} (wrong)"
 WRONG_PASSPHRASE = f"{PASSPHRASE_ENV} (wrong)"
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
-              "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
+              "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
 # The cluster's own record of a job: its log and the task's filesystem, in jobs/<user>/<name>/,
 # archive/<user>/<name>.<ms>/ or vanished/<name>.<ms>/ (sandbox/fake_iris_jobs.py).
 _CLUSTER_SIDE = re.compile(r"/iris/(?:(?:jobs|archive)/[^/]+|vanished)/[^/]+/(?:log|root/.+)$")
@@ -190,6 +191,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                                 outcomes=outcomes, tpu=tpu)
             finally:
                 stop_all(sb.iris_home)
+                stop_sandbox_containers(sb.root)
 
 
 @pytest.fixture(scope="module")

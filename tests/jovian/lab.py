@@ -26,7 +26,7 @@ class Lab:
         return result
 
     def adopt(self, rev: str, tags: dict[str, str] | None = None, *, build: bool = False) -> dg.ExecuteInProcessResult:
-        """adopt_lab_rev's five assets for `rev`; with build=True also build_jovian_rev's three."""
+        """adopt_lab_rev's five assets for `rev`; with build=True also build_jovian_rev's four."""
         if not self.instance.has_dynamic_partition("lab_revs", rev):
             self.instance.add_dynamic_partitions("lab_revs", [rev])
         selection = None if build else dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES)

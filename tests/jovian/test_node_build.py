@@ -13,7 +13,7 @@ from tests.jovian.lab import Lab, checks, done, meta
 from tests.runs import failure_message
 
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
-              "jovian/image", "jovian/distributed_image", "jovian/bench_report"}
+              "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
 
 
 def test_adopted_rev_is_built_gated_distributed_and_benched(lab: Lab) -> None:
