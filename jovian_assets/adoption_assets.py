@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from jovian_assets import dep_table as dt
+from jovian_assets import gb10
 from jovian_assets.dep_trees import GITLINKS_POPULATED, fetch_dep, gitlinks_populated
 from jovian_assets.fork_cut import (
     NEWER_CUT,
@@ -12,11 +13,14 @@ from jovian_assets.fork_cut import (
     PINS_REACHABLE,
     TREES_MATCH,
     audit_package,
+    collect_commits_after,
     findings,
+    holds,
+    previous_lock,
     spread_minutes,
 )
 from jovian_assets.inputs import inside, path_under, read_text
-from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, ForkCut
+from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, ForkCut, HeldPin
 from jovian_assets.partitions import lab_revs
 from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement, render_profile
 from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
@@ -37,6 +41,8 @@ PROFILE_KEYS_KNOWN = "profile_keys_known"
 RECIPES_TOP_LEVEL = "recipes_build_profile_top_level"
 CUDA_PINS_GATED = "cuda_pins_gated"
 CMAKE_PINS_RESOLVED = "cmake_pins_resolved"
+RECIPES_NO_SCATTERED_PINS = "recipes_no_scattered_pins"
+GB10_DEVIATIONS_CURRENT = "gb10_deviations_current"
 
 
 class AdoptionRefused(LockstepError):
@@ -59,9 +65,10 @@ def rev_of(context: dg.AssetExecutionContext) -> str:
         raise AdoptionRefused(f"{exc}; nothing was written") from None
 
 
-def _check(key: dg.AssetKey, name: str, finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+def _check(key: dg.AssetKey, name: str, finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+           metadata: dict[str, dg.MetadataValue] | None = None) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(asset_key=key, check_name=name, passed=finding.passed, severity=severity,
-                               description=finding.description[:3000])
+                               description=finding.description[:3000], metadata=metadata)
 
 
 def _table(rows: list[dict[str, object]], columns: list[str]) -> dg.MetadataValue:
@@ -110,20 +117,23 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
     partitions_def=lab_revs,
     group_name="jovian",
     kinds={"git"},
-    code_version="1",
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec(PINS_REACHABLE, asset=FORK_CUT, blocking=True, description="Every pinned commit fetches by exact sha."),
         dg.AssetCheckSpec(TREES_MATCH, asset=FORK_CUT, blocking=True,
                           description="`git rev-parse <commit>^{tree}` equals the lock's tree for every package."),
         dg.AssetCheckSpec(ONE_CUT, asset=FORK_CUT, blocking=True,
-                          description="All pinned commits lie within the cut window of each other: a half-cut set fails with the spread."),
+                          description="The moved pins lie within the cut window of each other, and a pin unchanged since the previous "
+                          "rev is a hold only when its fork had no commits in that window: a half-cut set fails with the spread "
+                          "or the commits a left-behind fork skipped; a hold is reported."),
         dg.AssetCheckSpec(NEWER_CUT, asset=FORK_CUT, description="WARN when an integration branch has commits after its pin."),
     ],
     description=(
         "The fork set audited as ONE cut: for each engine package the pin is fetched through the shared "
         "object cache, its tree compared with the lock's, its commit time read, and each integration "
-        "branch's tip compared (ahead/behind). A half-cut rev (vLLM advanced, b12x/LMCache left behind) "
-        "fails `one_cut` and nothing downstream runs."
+        "branch's tip compared (ahead/behind). A pin unchanged since the lab's previous rev is a hold (reported) "
+        "when its fork had no commits within the cut window of the moved pins. A half-cut rev (vLLM advanced, "
+        "b12x/LMCache left behind while their branches were cut) fails `one_cut` and nothing downstream runs."
     ),
 )
 def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
@@ -132,14 +142,28 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
     missing = [p for p in jovian.packages if p not in lock.packages]
     if missing:
         raise AdoptionRefused(f"{source_lock.path}: no {', '.join(missing)} package (site [jovian].packages); nothing was adopted")
-    cut = ForkCut(rev=source_lock.rev, window_minutes=jovian.cut_window_minutes, packages=[
-        audit_package(git, lock.packages[name], jovian.integration_branches.get(name, "*")) for name in jovian.packages
+    try:
+        before = previous_lock(git, jovian, source_lock)
+    except LockstepError as exc:  # no hold can be shown then: every pin is judged as part of the cut
+        context.log.warning(f"the previous rev's lock could not be read, so no pin counts as held: {exc}")
+        before = None
+    earlier = before.lock.packages if before is not None else {}
+    cut = ForkCut(rev=source_lock.rev, window_minutes=jovian.cut_window_minutes,
+                  previous_rev=before.rev if before is not None else None, packages=[
+        audit_package(git, lock.packages[name], jovian.integration_branches.get(name, "*"), earlier.get(name))
+        for name in jovian.packages
     ])
+    collect_commits_after(git, cut, {name: lock.packages[name].repository for name in jovian.packages})
+    cut.holds = holds(cut)
     results = findings(cut)
     spread = spread_minutes(cut)
+    for held in cut.holds:
+        context.log.info(held.description)
     yield dg.Output(cut, metadata={
         "spread_minutes": dg.MetadataValue.float(round(spread, 1) if spread is not None else -1.0),
         "window_minutes": dg.MetadataValue.float(cut.window_minutes),
+        "previous_rev": dg.MetadataValue.text(cut.previous_rev or "(none: every pin is part of the cut)"),
+        "holds": _holds_table(cut.holds),
         "pins": _table([{"package": p.name, "commit": p.commit, "committed_at": p.committed_at.isoformat() if p.committed_at else "",
                          "tree ok": str(p.tree == p.lock_tree), "error": p.error or ""} for p in cut.packages],
                        ["package", "commit", "committed_at", "tree ok", "error"]),
@@ -148,7 +172,13 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
     })
     for name, finding in results.items():
         severity = dg.AssetCheckSeverity.WARN if name == NEWER_CUT else dg.AssetCheckSeverity.ERROR
-        yield _check(FORK_CUT, name, finding, severity)
+        extra = {"holds": _holds_table(cut.holds)} if name == ONE_CUT else None
+        yield _check(FORK_CUT, name, finding, severity, extra)
+
+
+def _holds_table(held: list[HeldPin]) -> dg.MetadataValue:
+    return _table([{"package": h.package, "commit": h.commit, "since": h.since_rev, "hold": h.description} for h in held],
+                  ["package", "commit", "since", "hold"])
 
 
 @dg.asset(
@@ -156,35 +186,53 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
     partitions_def=lab_revs,
     group_name="jovian",
     kinds={"git"},
-    code_version="1",
-    deps=[FORK_CUT],
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec(PROFILE_KEYS_KNOWN, asset=BUILD_PROFILE, blocking=True,
                           description="Every profile key exists in versions.env (a typo is an error, not a silent extra key)."),
         dg.AssetCheckSpec(RECIPES_TOP_LEVEL, asset=BUILD_PROFILE, blocking=True,
                           description="Every recipe that names build_profile has it as a TOP-LEVEL key, as tomllib reads it."),
+        dg.AssetCheckSpec(RECIPES_NO_SCATTERED_PINS, asset=BUILD_PROFILE,
+                          description="WARN when a recipe's own [build.versions] sets a pin key of the profile (scattered "
+                          "per-recipe pins), naming the recipe file, line and keys."),
+        dg.AssetCheckSpec(GB10_DEVIATIONS_CURRENT, asset=BUILD_PROFILE,
+                          description="WARN when the vLLM tree's requirements/cuda.txt runtime pins (CUDA, torch, flashinfer, "
+                          "NCCL) moved since the build dir's gb10-deviations.toml was written: re-evaluate the GB10 deviations."),
     ],
     description=(
-        "`profiles/<rev>.env` in the build repo: KEY=VAL for every pin that differs from versions.env "
-        "(source shas, trees, pretend versions), the whole set at once, committed and pushed fast-forward "
-        "only. Nothing is written when a key is unknown."
+        "`<lineage dir>/profiles/<rev>.env` in the build repo (the rev's `[[jovian.lineages]]` dir, else "
+        "`[jovian] build_dir`): KEY=VAL for every pin that differs from that dir's versions.env (source shas, "
+        "trees, pretend versions), the whole set at once, held pins named in a comment, committed and pushed "
+        "fast-forward only. Nothing is written when a key is unknown."
     ),
 )
-def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
+def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
+                  fork_cut: ForkCut):
     jovian = _jovian(site)
     author = site.config().site.commit_author
     rev = rev_of(context)
     if source_lock.rev != rev:
         raise AdoptionRefused(f"{source_lock.path} is release.version={source_lock.rev!r}, not the run's rev {rev!r}")
-    rel = f"{jovian.build_dir}/profiles/{rev}.env"
+    lineage = jovian.build_dir_for(rev)
+    rel = f"{lineage}/profiles/{rev}.env"
     with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
-        versions_path = f"{jovian.build_dir}/versions.env"
-        versions = parse_env(read_text(wt.path / versions_path, versions_path), versions_path)
+        versions_path = f"{lineage}/versions.env"
+        versions_file = inside(wt.path, versions_path)
+        if not versions_file.is_file():
+            raise AdoptionRefused(f"{versions_path} is not in {redact(jovian.build_repo)} ({jovian.build_branch}): rev {rev} "
+                                  f"builds from {lineage!r} ([[jovian.lineages]] / [jovian] build_dir); create that dir first")
+        versions = parse_env(read_text(versions_file, versions_path), versions_path)
         diff, unknown = plan_profile(source_lock.lock, versions, jovian.versions_keys, jovian.repository_keys)
-        text = render_profile(rev=rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff)
+        text = render_profile(rev=rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff,
+                              holds=[h.description for h in fork_cut.holds])
         recipes = {p: _recipe_finding(wt.path, p)
                    for p in sorted(str(f.relative_to(wt.path)) for f in wt.path.rglob("*.toml") if glob_match(jovian.recipes_glob, str(f.relative_to(wt.path))))}
-        target = inside(wt.path, jovian.build_dir, "profiles", f"{rev}.env")
+        pin_keys = {*jovian.versions_keys.values(), *jovian.repository_keys.values(), *(d.key for d in diff)}
+        scattered = {p: _scattered_finding(wt.path, p, pin_keys) for p in recipes}
+        deviations_rel = f"{lineage}/{gb10.DEVIATIONS_FILE}"
+        deviations_file = inside(wt.path, lineage, gb10.DEVIATIONS_FILE)
+        deviations_text = read_text(deviations_file, deviations_rel) if deviations_file.is_file() else None
+        target = inside(wt.path, lineage, "profiles", f"{rev}.env")
         pushed, commit = False, wt.base_sha
         if not unknown and (not target.exists() or target.read_text(encoding="utf-8") != text):
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -192,21 +240,32 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
             git.commit_all(worktree=wt, message=f"jovian: adopt {rev} as one profile ({source_lock.path if source_lock.path.isprintable() else repr(source_lock.path)} @ {source_lock.lab_commit[:8]})",
                            author=author, paths=[rel])
             commit, pushed = git.push_fast_forward(worktree=wt), True
-    profile = BuildProfile(rev=rev, path=rel, text=text, diff=diff, unknown_keys=unknown, build_commit=commit, pushed=pushed)
+    profile = BuildProfile(rev=rev, build_dir=lineage, path=rel, text=text, diff=diff, unknown_keys=unknown, build_commit=commit, pushed=pushed)
     outcome = ("NOT written: " + "; ".join(unknown)) if unknown else (f"pushed {commit[:8]}" if pushed else f"unchanged at {commit[:8]}")
     yield dg.Output(profile, metadata={
         "outcome": dg.MetadataValue.text(outcome),
+        "build_dir": dg.MetadataValue.text(lineage),
         "profile": dg.MetadataValue.md(f"`{rel}`\n\n```\n{text}```"),
         "diff_vs_versions_env": _table([d.model_dump() for d in diff], ["key", "base", "profile"]),
         **commit_entries(site.config().links, "build_commit", jovian.build_repo, commit),
     })
     yield _check(BUILD_PROFILE, PROFILE_KEYS_KNOWN, Finding(
-        passed=not unknown, description="; ".join(f"{jovian.build_dir}/versions.env: {u}" for u in unknown)
+        passed=not unknown, description="; ".join(f"{versions_path}: {u}" for u in unknown)
         or f"all {len(diff)} profile keys are versions.env keys"))
     placed = [f for f in recipes.values() if f is not None]
     yield _check(BUILD_PROFILE, RECIPES_TOP_LEVEL, Finding(
         passed=all(f.passed for f in placed),
         description="; ".join(f.description for f in placed if not f.passed) or f"{len(placed)} recipe(s) name build_profile at the top level"))
+    overriding = [f for f in scattered.values() if f is not None]
+    yield _check(BUILD_PROFILE, RECIPES_NO_SCATTERED_PINS, Finding(
+        passed=all(f.passed for f in overriding),
+        description="; ".join(f.description for f in overriding if not f.passed)
+        or f"no recipe sets a profile pin in its [build.versions] ({len(overriding)} have one)"), dg.AssetCheckSeverity.WARN)
+    vllm = source_lock.lock.packages[jovian.cmake_package]
+    yield _check(BUILD_PROFILE, GB10_DEVIATIONS_CURRENT, gb10.deviations_finding(
+        tree=f"{jovian.cmake_package}@{vllm.commit[:12]}",
+        cuda_txt=git.show_file(url=vllm.repository, sha=vllm.commit, path=gb10.CUDA_REQUIREMENTS),
+        deviations_path=deviations_rel, deviations_text=deviations_text), dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset(
@@ -214,7 +273,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
     partitions_def=lab_revs,
     group_name="jovian",
     kinds={"git", "cmake"},
-    code_version="1",
+    code_version="2",
     deps=[FORK_CUT],
     check_specs=[dg.AssetCheckSpec(CUDA_PINS_GATED, asset=DEP_TABLE, blocking=True,
                                    description="Every CUDA-path GIT_REPOSITORY/GIT_TAG pin in the vLLM tree's cmake has a gate in fetch-deps.sh."),
@@ -225,7 +284,8 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
         "The dependency table of the pinned vLLM tree, parsed from `cmake/external_projects/*.cmake` and the "
         "top-level CMakeLists.txt (literal pairs, set() indirection, platform branches as separate rows, "
         "GIT_SUBMODULES, FetchContent_Populate); unresolved variables are reported, never dropped. Diffed "
-        "against fetch-deps.sh's gate list and against the previous rev."
+        "against the rev's lineage's fetch-deps.sh gate list (a tree that moved every gated pin gets a new "
+        "lineage suggested) and against the previous rev."
     ),
 )
 def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
@@ -233,11 +293,13 @@ def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRem
     pkg = source_lock.lock.packages[jovian.cmake_package]
     with git.checkout(url=pkg.repository, sha=pkg.commit) as tree:
         rows = dt.parse_tree(tree.path)
-    gates_path = f"{jovian.build_dir}/fetch-deps.sh"
+    rev = rev_of(context)
+    gates_path = f"{jovian.build_dir_for(rev)}/fetch-deps.sh"
     build_head = git.ls_remote(url=jovian.build_repo, branch=jovian.build_branch)
     gates_text = git.show_file(url=jovian.build_repo, sha=build_head, path=gates_path) if build_head else None
     if gates_text is None:
-        raise AdoptionRefused(f"{gates_path} is not in {redact(jovian.build_repo)} ({jovian.build_branch})")
+        raise AdoptionRefused(f"{gates_path} is not in {redact(jovian.build_repo)} ({jovian.build_branch}): rev {rev}'s "
+                              "lineage ([[jovian.lineages]] / [jovian] build_dir) needs its own fetch-deps.sh")
     gates = dt.parse_gates(gates_text, gates_path)
     vs_gates = dt.diff_gates(rows, gates)
     previous = _previous_rows(context, exclude=context.partition_key)
@@ -247,14 +309,12 @@ def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRem
         "deps": _table([{**r, "submodules": " ".join(r["submodules"]), "unresolved": " ".join(row.unresolved)}  # type: ignore[arg-type]
                         for r, row in zip(rows_json, rows)], ["name", "repository", "tag", "submodules", "condition", "unresolved"]),
         "rows_json": dg.MetadataValue.json(rows_json),
+        "gate_list": dg.MetadataValue.text(gates_path),
         "vs_fetch_deps": dg.MetadataValue.md(_diff_md(vs_gates)),
         "vs_previous_rev": dg.MetadataValue.md(_diff_md(vs_prev) if vs_prev is not None else "no earlier rev recorded"),
     })
-    ungated = vs_gates.ungated_cuda_pins
-    yield _check(DEP_TABLE, CUDA_PINS_GATED, Finding(
-        passed=not ungated,
-        description=("CUDA-path pins with no fetch-deps.sh gate: " + "; ".join(f"{r.name} {r.repository} {r.tag} ({r.file}:{r.line})" for r in ungated)
-                     + ". Re-sync the gate list from this tree's cmake.") if ungated else f"all {len(vs_gates.matched)} CUDA-path pins are gated"))
+    yield _check(DEP_TABLE, CUDA_PINS_GATED, dt.gated_finding(vs_gates, gates, gates_path=gates_path, rev=rev,
+                                                             new_dir=f"{jovian.build_dir}-{rev}"))
     resolved = dt.unresolved_finding(rows)
     cuda_open = any(r.unresolved and dt.is_cuda_path(r) for r in rows)
     yield _check(DEP_TABLE, CMAKE_PINS_RESOLVED, resolved,
@@ -265,6 +325,13 @@ def _recipe_finding(root: Path, rel: str) -> Finding | None:
     """Where a recipe puts build_profile; a recipe that cannot be read fails the check naming file:line."""
     try:
         return recipe_profile_placement(read_text(root / rel, rel), rel)
+    except FileFormatError as exc:
+        return Finding(passed=False, description=str(exc))
+
+
+def _scattered_finding(root: Path, rel: str, pin_keys: set[str]) -> Finding | None:
+    try:
+        return gb10.recipe_pin_overrides(read_text(root / rel, rel), rel, pin_keys)
     except FileFormatError as exc:
         return Finding(passed=False, description=str(exc))
 

@@ -589,6 +589,47 @@ def diff_gates(rows: Sequence[DepRow], gates: Sequence[Gate]) -> GateDiff:
     return diff
 
 
+def _short(tag: str | None) -> str:
+    return tag[:12] if tag and re.fullmatch(r"[0-9a-f]{40}", tag) else str(tag)
+
+
+def _move_text(move: GateMove) -> str:
+    if move.old_tag != move.new_tag and _same_repository(move.old_repository, move.new_repository):
+        return f"{move.name} {_short(move.old_tag)} -> {_short(move.new_tag)}"
+    if move.old_tag == move.new_tag:
+        return f"{move.name} -> {move.new_repository}"
+    return f"{move.name} -> {move.new_repository} @ {_short(move.new_tag)}"
+
+
+def lineage_split(diff: GateDiff, gates: Sequence[Gate]) -> list[str] | None:
+    """What changed when the tree moved EVERY pin of the gate list (none still matches a gate; the
+    runbook's r39 moved every external cmake pin): the lineage split, not a re-sync. None otherwise."""
+    if not gates or diff.matched or not diff.moved:
+        return None
+    changes = list(dict.fromkeys(_move_text(m) for m in diff.moved))
+    changes += list(dict.fromkeys(f"+ {r.name}" for r in diff.added))
+    moved_names = {m.name.lower() for m in diff.moved}
+    changes += [f"- {g.name}" for g in diff.removed if g.name.lower() not in moved_names]
+    return changes
+
+
+def gated_finding(diff: GateDiff, gates: Sequence[Gate], *, gates_path: str, rev: str, new_dir: str) -> Finding:
+    """`cuda_pins_gated`: every CUDA-path pin has its gate; when every gate moved, a new lineage is suggested
+    instead of a wall of ungated pins."""
+    ungated = diff.ungated_cuda_pins
+    if not ungated:
+        return Finding(passed=True, description=f"all {len(diff.matched)} CUDA-path pins are gated by {gates_path}")
+    split = lineage_split(diff, gates)
+    if split is not None:
+        return Finding(passed=False, description=(
+            f"every one of the {len(gates)} gated pins of {gates_path} moved ({', '.join(split)}): start a lineage, e.g. "
+            f'[[jovian.lineages]] dir = "{new_dir}" from_rev = "{rev}" (its own versions.env, profiles/ and a '
+            "fetch-deps.sh gate list re-synced from this tree's cmake)"))
+    return Finding(passed=False, description=(
+        f"CUDA-path pins with no {gates_path} gate: " + "; ".join(f"{r.name} {r.repository} {r.tag} ({r.file}:{r.line})" for r in ungated)
+        + ". Re-sync the gate list from this tree's cmake."))
+
+
 def diff_tables(previous_rows: Sequence[DepRow], rows: Sequence[DepRow]) -> TableDiff:
     """This rev's table against the previous rev's, matched by (name, condition)."""
     def keyed(table: Sequence[DepRow]) -> dict[tuple[str, str | None], list[DepRow]]:

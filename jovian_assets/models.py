@@ -26,11 +26,20 @@ class AdoptedLock(BaseModel):
     lock: SourceLock
 
 
+class BranchCommit(BaseModel):
+    sha: str
+    committed_at: datetime
+    summary: str
+
+
 class BranchTip(BaseModel):
     name: str
     tip: str
     ahead: int  # commits on the branch after the pin
     behind: int  # commits at the pin that the branch does not have
+    # For a pin unchanged since the previous rev: the branch's commits after the pin, up to the end of
+    # this rev's cut window (what a same-moment cut would have taken). Empty otherwise.
+    commits: list[BranchCommit] = Field(default_factory=list)
 
 
 class PackageCut(BaseModel):
@@ -42,6 +51,17 @@ class PackageCut(BaseModel):
     error: str | None = None
     committed_at: datetime | None = None
     branches: list[BranchTip] = Field(default_factory=list)
+    previous_commit: str | None = None  # this package's pin in the previous rev's lock; None: no such pin
+
+
+class HeldPin(BaseModel):
+    """A pin left unchanged since the previous rev while its fork had nothing in this rev's cut window:
+    held on purpose (the runbook's r39 holds LMCache at 29bc5a2e), reported, not failed."""
+
+    package: str
+    commit: str
+    since_rev: str
+    description: str  # e.g. "lmcache held at 29bc5a2e (unchanged since r38; no integration commits within the r39 cut window)"
 
 
 class ForkCut(BaseModel):
@@ -50,6 +70,8 @@ class ForkCut(BaseModel):
     rev: str
     window_minutes: float
     packages: list[PackageCut]
+    previous_rev: str | None = None  # the lab's preceding rev, whose lock tells a held pin from a moved one
+    holds: list[HeldPin] = Field(default_factory=list)
 
 
 class ProfileDiff(BaseModel):
@@ -62,6 +84,7 @@ class BuildProfile(BaseModel):
     """`jovian/build_profile`: profiles/<rev>.env in the build repo."""
 
     rev: str
+    build_dir: str  # the rev's lineage dir ([[jovian.lineages]], else [jovian] build_dir): what the build ships
     path: str
     text: str
     diff: list[ProfileDiff]

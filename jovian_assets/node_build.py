@@ -12,17 +12,21 @@ import json
 import re
 import shutil
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from jovian_assets.models import Finding
 from jovian_assets.source_lock import SourceLock
 from resources.errors import LockstepError
-from resources.site import BootGate, JovianSection
+from resources.names import under
+from resources.site import BootGate
 from resources.spark import DetachedHandle, SparkError, SparkNodes
 
-CHECKSUM_LABEL = "lockstep.build_dir_checksum"
+# The label `sm121 build` stamps, and lockstep too (through build.sh's BUILD_DIR_CHECKSUM): one label,
+# one definition (manifest_checksum over the build dir as committed), so an image built by either
+# tool compares with the dir, and a hand-built (unlabeled) one is the informational STALE warning.
+CHECKSUM_LABEL = "sm121.checksum"
 MAX_POLL_MISSES = 5
 
 
@@ -82,16 +86,35 @@ def image_tag(template: str, rev: str) -> str:
     return tag
 
 
-def stage_build_dir(*, build_checkout: Path, jovian: JovianSection, deps_root: Path | None, dest: Path) -> str:
-    """The build context to ship: the build dir (versions.env, profiles/, build.sh, ...) plus the fetched
-    dependency trees under deps/, without any .git links. Returns the manifest checksum."""
+def stage_build_dir(*, build_checkout: Path, build_dir: str, deps_root: Path | None, dest: Path) -> str:
+    """The build context to ship: the rev's lineage dir (versions.env, profiles/, build.sh, ...) plus the
+    fetched dependency trees under deps/, without any .git links. Returns the build dir's checksum.
+
+    The checksum covers the build dir alone, as sm121 computes it: deps/ is lockstep's staging of what
+    the dir's pins already name, and a manually built image (no deps/) must compare equal."""
     if dest.exists():
         shutil.rmtree(dest)
     ignore = shutil.ignore_patterns(".git")
-    shutil.copytree(build_checkout / jovian.build_dir, dest, ignore=ignore, symlinks=True)
+    shutil.copytree(under(build_checkout, *PurePosixPath(build_dir).parts), dest, ignore=ignore, symlinks=True)
+    checksum = manifest_checksum(dest)
     if deps_root is not None and deps_root.exists():
         shutil.copytree(deps_root, dest / "deps", ignore=ignore, symlinks=True)
-    return manifest_checksum(dest)
+    return checksum
+
+
+def label_finding(tag: str, labels: dict[str, str], checksum: str) -> Finding:
+    """Whether the image's sm121.checksum label is the build dir's checksum (a WARN, informational)."""
+    label = labels.get(CHECKSUM_LABEL)
+    if label == checksum:
+        return Finding(passed=True, description=f"labelled {CHECKSUM_LABEL}={checksum[:16]}...: built from this build dir")
+    if not label:
+        return Finding(passed=False, description=(
+            f"STALE: unlabeled {tag}: no {CHECKSUM_LABEL} label, so nothing says which build dir it came from "
+            f"(a hand-built image?). Informational; the build dir is {checksum[:16]}... — rebuild through lockstep "
+            "or `sm121 build` to know what it holds"))
+    return Finding(passed=False, description=(
+        f"STALE: {tag} carries {CHECKSUM_LABEL}={label[:16]}..., not this build dir's {checksum[:16]}...: it was "
+        "built from another state of the dir (another profile or pin set)"))
 
 
 def expected_pins(lock: SourceLock) -> dict[str, str]:
@@ -99,17 +122,18 @@ def expected_pins(lock: SourceLock) -> dict[str, str]:
     return {name: pkg.version or pkg.commit for name, pkg in lock.packages.items()}
 
 
-def gate_context(lock: SourceLock) -> dict[str, str]:
+def gate_context(lock: SourceLock, *, escape: bool = True) -> dict[str, str]:
+    """What a gate's `expect` is filled with; `escape=False`: the plain values, for a message."""
     ctx = {"rev": lock.rev}
     for name, pkg in lock.packages.items():
         ctx[f"{name}_commit8"] = pkg.commit[:8]
-        ctx[f"{name}_version"] = re.escape(pkg.version or "")
+        ctx[f"{name}_version"] = re.escape(pkg.version or "") if escape else (pkg.version or "")
     return ctx
 
 
 def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], lock: SourceLock) -> tuple[Finding, dict[str, dict[str, str]]]:
     """Each boot gate as `docker run --rm TAG python -c CODE` on the node; every gate's output is kept."""
-    ctx = gate_context(lock)
+    ctx, plain = gate_context(lock), gate_context(lock, escape=False)
     outputs: dict[str, dict[str, str]] = {}
     failed: list[str] = []
     for gate in gates:
@@ -123,7 +147,8 @@ def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], 
         if gate.expect:
             pattern = gate.expect.format(**ctx)
             if not re.search(pattern, out, re.M):
-                failed.append(f"{gate.name}: output {out[-200:]!r} does not match {pattern!r}")
+                expected = gate.expect.format(**plain).removeprefix("^").removesuffix("$")
+                failed.append(f"{gate.name}: expected {expected!r}, found {out[-200:]!r} (pattern {pattern!r})")
     if failed:
         return Finding(passed=False, description=f"{len(failed)} of {len(gates)} boot gates failed on {node}: " + "; ".join(failed)), outputs
     return Finding(passed=True, description=f"all {len(gates)} boot gates pass on {node}"), outputs

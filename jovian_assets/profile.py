@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +112,20 @@ def plan_profile(
     return diff, unknown
 
 
-def render_profile(*, rev: str, lab_commit: str, lock_path: str, diff: list[ProfileDiff]) -> str:
-    """The profile's text; every value shell-quoted (plain pins come out unchanged) and read back by parse_env."""
-    shown = lock_path if lock_path.isprintable() else repr(lock_path)  # a newline in a path must not end the comment
+def render_profile(*, rev: str, lab_commit: str, lock_path: str, diff: list[ProfileDiff], holds: Sequence[str] = ()) -> str:
+    """The profile's text; every value shell-quoted (plain pins come out unchanged) and read back by parse_env.
+
+    `holds` (the fork-cut audit's held pins) become comment lines: a held pin is part of the set on purpose."""
+    def comment(text: str) -> str:
+        return text if text.isprintable() else repr(text)  # a newline must not end the comment
+
     header = (
         f"# profiles/{rev}.env: the {rev} pin set from the lab's source lock, adopted as ONE set by lockstep.\n"
-        f"# source: {shown} @ {lab_commit}\n"
+        f"# source: {comment(lock_path)} @ {lab_commit}\n"
         "# Only the keys that differ from versions.env; merge order: versions.env < profile < recipe [build.versions].\n"
     )
-    return header + "".join(f"{d.key}={shlex.quote(d.profile)}\n" for d in diff)
+    held = "".join(f"# held: {comment(h)}\n" for h in holds)
+    return header + held + "".join(f"{d.key}={shlex.quote(d.profile)}\n" for d in diff)
 
 
 def _nested_key(data: Any, key: str, trail: str = "") -> str | None:

@@ -63,15 +63,19 @@ def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None
               help="The new vLLM tree also moves cmake pins (FlashMLA, CUTLASS_REVISION): the dep table goes stale.")
 @click.option("--break-import", is_flag=True,
               help="The new vLLM commit drops vllm/_flashkda_C: the image builds, its flashkda boot gate fails.")
+@click.option("--hold", multiple=True, type=click.Choice(["vllm", "b12x", "lmcache"]),
+              help="Hold this fork on purpose (repeatable): no new commits on it, the lock keeps the previous pin (r39's LMCache).")
 @click.option("--broken-model", is_flag=True,
               help="The new vLLM commit serves a model that never calls a tool: it benches under the baseline.")
 def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, break_import: bool,
-                        broken_model: bool) -> None:
+                        hold: tuple[str, ...], broken_model: bool) -> None:
     """Cut rev NAME across the sandbox forks and publish its source lock; print the lab commit and lock path."""
     from sandbox.jovian_world import new_lab_rev
+    from sandbox.world import up
 
+    _guard(lambda: up(root))  # new_lab_rev cuts in an existing sandbox; this command brings one up first
     rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import,
-                                     broken_model=broken_model))
+                                     hold=hold, broken_model=broken_model))
     click.echo(rev.lab_commit)
     click.echo(rev.lock_path)
 

@@ -243,6 +243,23 @@ class GitRemotes(dg.ConfigurableResource):
         left, right = self._git(["rev-list", "--left-right", "--count", f"{base}...{tip}"], mirror).split()
         return int(right), int(left)
 
+    def commits_after(self, *, url: str, base: str, tip: str, until: datetime | None = None,
+                      limit: int = 500) -> list[CommitInfo]:
+        """The commits on `tip` that `base` does not have (`base..tip`), committed no later than `until`,
+        newest first, at most `limit`."""
+        mirror = self.fetch(url=url, shas=[_sha(base), _sha(tip)])
+        fmt = "%H%x00%T%x00%an <%ae>%x00%ct%x00%s%x00%P"
+        args = ["log", f"--max-count={int(limit)}", f"--format={fmt}"]
+        if until is not None:
+            args.append(f"--until={until.astimezone(timezone.utc).isoformat()}")
+        out = self._git([*args, f"{base}..{tip}", "--"], mirror)
+        commits = []
+        for line in out.splitlines():
+            h, tree, author, ct, summary, parents = line.split("\x00")
+            commits.append(CommitInfo(sha=h, tree=tree, author=author, summary=summary, parents=parents.split(),
+                                      committed_at=datetime.fromtimestamp(int(ct), tz=timezone.utc)))
+        return commits
+
     def list_files(self, *, url: str, sha: str, pattern: str) -> dict[str, str]:
         """Path -> blob sha for every file at `sha` matching the glob (``**`` crosses directories)."""
         mirror = self.fetch(url=url, shas=[sha], depth=1)

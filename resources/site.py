@@ -284,6 +284,22 @@ DEFAULT_VERSIONS_KEYS = {
 DEFAULT_REPOSITORY_KEYS = {"vllm.repository": "VLLM_REPO", "b12x.repository": "B12X_REPO", "lmcache.repository": "LMCACHE_REPO"}
 
 
+def rev_order(rev: str) -> tuple[str | int, ...]:
+    """How the lab's revs order: digit runs compare as numbers (r2 < r10 < r39), the rest as text.
+
+    `re.split` with a capturing group alternates text and digit runs, so every position of two keys
+    holds the same type and any two revs compare."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", rev)))
+
+
+class Lineage(_Table):
+    """``[[jovian.lineages]]``: from `from_rev` on, revs build from `dir` (its own versions.env,
+    fetch-deps.sh gate list and profiles/), e.g. the runbook's r39 split into jovian-judgement-r39/."""
+
+    dir: Annotated[str, _checked(check_relative_path, "lineage dir")] = Field(description="In the build repo.")
+    from_rev: Annotated[str, _checked(check_name, "lineage from_rev")] = Field(description="The first rev of the lineage.")
+
+
 class JovianSection(_Table):
     """``[jovian]``: the lab's source locks, the engine forks they pin, and the build repo that adopts them."""
 
@@ -315,7 +331,26 @@ class JovianSection(_Table):
     poll_s: float = Field(default=30.0, gt=0)
     boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
     lane: LaneSection | None = None
+    lineages: list[Lineage] = Field(
+        default_factory=list, description="Build dirs by rev: a rev before every lineage builds from build_dir.")
     owners: Owners | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
+
+    @model_validator(mode="after")
+    def _one_lineage_per_rev(self) -> JovianSection:
+        seen: dict[tuple[str | int, ...], Lineage] = {}
+        for i, lineage in enumerate(self.lineages):
+            key = rev_order(lineage.from_rev)
+            if key in seen:
+                raise KeyRefused(("lineages", i, "from_rev"), (
+                    f"from_rev {lineage.from_rev!r} already starts lineage {seen[key].dir!r}: one rev cannot build "
+                    "from two dirs; give each lineage its own first rev"))
+            seen[key] = lineage
+        return self
+
+    def build_dir_for(self, rev: str) -> str:
+        """The build dir of `rev`: the lineage with the latest `from_rev` at or before it, else build_dir."""
+        started = [lin for lin in self.lineages if rev_order(lin.from_rev) <= rev_order(rev)]
+        return max(started, key=lambda lin: rev_order(lin.from_rev)).dir if started else self.build_dir
 
     @field_validator("versions_keys", "repository_keys")
     @classmethod
@@ -399,6 +434,12 @@ class BootGate(_Table):
     expect: str | None = None
 
 
+# patch_cuda_sm12x.py + the eugr set, in the order they run (runbook: GB10 adaptation deltas).
+SM12X_PATCHES = (
+    "preserve_sm12x_target", "sm120_cooperative_topk", "spark_kv_cache_cleanup", "b12x_c128a_alignment",
+    "flashinfer_swigluoai", "speculator_cudagraph_pool", "routed_expert_weight_shape",
+)
+
 DEFAULT_BOOT_GATES = [
     BootGate(name="vllm_import_carries_pin", code="import vllm; print(vllm.__version__)", expect=r"^{vllm_version}$"),
     BootGate(name="b12x_import", code="import b12x; print(b12x.__name__)"),
@@ -409,6 +450,31 @@ DEFAULT_BOOT_GATES = [
     BootGate(name="nvfp4_ds_mla_present",
              code="import pathlib, vllm; t = (pathlib.Path(vllm.__file__).parent / 'config' / 'cache.py').read_text(); "
                   "assert 'nvfp4_ds_mla' in t, 'nvfp4_ds_mla missing from vllm/config/cache.py'; print('ok')"),
+    # GB10 (runbook: GB10 adaptation deltas). No GPU at gate time, so not torch.cuda: the arch list the
+    # build read off its own compiled kernels (`cuobjdump --list-elf`, <pkg>/_cuda_archs.txt). That is
+    # what nvcc emitted, so it shows 12.1a silently collapsed to sm_120 where the build args say 12.1a.
+    BootGate(name="cuda_arch_sm121a", code=(
+        "import pathlib, vllm, lmcache\n"
+        "for m in (vllm, lmcache):\n"
+        "    f = pathlib.Path(m.__file__).parent / '_cuda_archs.txt'\n"
+        "    assert f.is_file(), m.__name__ + '/_cuda_archs.txt is missing: the build did not record the arch of its kernels'\n"
+        "    a = f.read_text().split()\n"
+        "    assert 'sm_121a' in a, (m.__name__ + ' kernels are compiled for ' + (' '.join(a) or 'nothing') + ', not sm_121a '\n"
+        "                            '(TORCH_CUDA_ARCH_LIST=12.1a collapses to 12.0 without preserve_sm12x_target)')\n"
+        "    print(m.__name__, ' '.join(a))\n"
+    )),
+    # The marker patch_cuda_sm12x.py writes into the vLLM tree it patched: every patch of the set, each
+    # applied once (the script is idempotent: a re-run finds its markers and changes nothing).
+    BootGate(name="sm12x_patch_set_applied", code=(
+        "import json, pathlib, vllm\n"
+        "f = pathlib.Path(vllm.__file__).parent / '_sm12x_patches.json'\n"
+        "assert f.is_file(), 'vllm/_sm12x_patches.json is missing: patch_cuda_sm12x.py did not run on this vLLM tree'\n"
+        "got = json.loads(f.read_text())['patches']\n"
+        f"need = {list(SM12X_PATCHES)!r}\n"
+        "missing = [p for p in need if p not in got]\n"
+        "assert not missing, 'the sm12x patch set did not run in full: missing ' + ', '.join(missing)\n"
+        "print(' '.join(need))\n"
+    )),
 ]
 
 

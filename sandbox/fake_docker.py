@@ -7,7 +7,7 @@ contract for:
     docker build -t TAG [--build-arg K[=V]]... [--label K=V]... [-f Dockerfile] [-q] DIR
     docker image inspect [--format TEMPLATE] IMAGE...      (also `docker inspect`)
     docker images | docker image ls
-    docker save [-o FILE] IMAGE...                          (a docker-archive tar on stdout)
+    docker save [-o FILE] IMAGE...                          (a docker-archive tar on stdout; `-o -` refused)
     docker load [-i FILE] [-q]                              (a docker-archive tar on stdin)
     docker run [--rm] [-e K=V]... IMAGE python|python3 ARGS...
     docker tag SRC DST | docker rmi IMAGE... | docker image rm IMAGE... | docker version
@@ -22,7 +22,11 @@ as the Dockerfile does), its tree checked against `<PKG>_TREE` when given, and t
 `<PKG>_PRETEND_VERSION` (setuptools-scm's pretend version; without one, what setuptools-scm derives
 from a tagless shallow clone). A `[tool.setuptools_scm] version_file` is written, so
 `vllm.__version__` is the pin. When the Dockerfile runs fetch-deps.sh, the context's script really
-runs against the fetched vLLM tree (a stale dep table fails the build, as it would on the node).
+runs against the fetched vLLM tree (a stale dep table fails the build, as it would on the node); so
+does the context's patch_cuda_sm12x.py when the Dockerfile runs it. The one step simulated inside
+the build is nvcc: for vLLM and LMCache the cubin archs TORCH_CUDA_ARCH_LIST gives (12.1a collapsing
+to sm_120 for vLLM unless the tree carries preserve_sm12x_target) are written to `<pkg>/_cuda_archs.txt`
+when the Dockerfile records them with `cuobjdump --list-elf`, as ours does.
 
 An image is ``<state>/images/<hex>/``: ``config.json`` (the image config; its sha256 is the image ID),
 ``layer.tar`` (one deterministic layer: sorted entries, fixed owner and mtime) and ``rootfs/``
@@ -266,6 +270,8 @@ class Dockerfile:
     args: dict[str, str | None]  # ARG name -> default
     final: list[str]  # instructions of the last stage, continuation lines joined
     runs_fetch_deps: bool
+    runs_sm12x_patch: bool = False
+    records_cuda_archs: bool = False
 
 
 def parse_dockerfile(text: str) -> Dockerfile:
@@ -299,7 +305,9 @@ def parse_dockerfile(text: str) -> Dockerfile:
     if not stages:
         _err("failed to solve: dockerfile parse error: no FROM instruction")
     return Dockerfile(text=text, stages=stages, args=args, final=final,
-                      runs_fetch_deps=bool(re.search(r"^\s*RUN\b.*fetch-deps\.sh", text, re.M)))
+                      runs_fetch_deps=bool(re.search(r"^\s*RUN\b.*fetch-deps\.sh", text, re.M)),
+                      runs_sm12x_patch=any(ln[:4].upper() == "RUN " and "patch_cuda_sm12x.py" in ln for ln in lines),
+                      records_cuda_archs=any(ln[:4].upper() == "RUN " and "cuobjdump --list-elf" in ln for ln in lines))
 
 
 class Progress:
@@ -387,6 +395,36 @@ def _packages(args: dict[str, str]) -> list[str]:
     return [k[: -len("_REPO")] for k in args if k.endswith("_REPO") and f"{k[:-len('_REPO')]}_COMMIT" in args]
 
 
+# The packages whose wheels compile CUDA kernels, and how their build picks the arch: vLLM through its
+# cmake (cuda_archs_loose_intersection maps 12.1a onto the 12.0 kernels unless the tree carries
+# preserve_sm12x_target: runbook, GB10 adaptation deltas), LMCache through torch's cpp_extension (as given).
+_COMPILED = {"VLLM": "cmake", "LMCACHE": "cpp_extension"}
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(?:\+PTX)?$")
+
+
+def _compiled_archs(key: str, arch_list: str, src: Path) -> list[str]:
+    """The sm_XY[a] cubins nvcc would emit for TORCH_CUDA_ARCH_LIST (what `cuobjdump --list-elf` lists);
+    no GPU can be simulated here, so this is the one step of the build that is not run for real."""
+    preserved = key != "VLLM" or "preserve_sm12x_target" in _patched(src)
+    archs = set()
+    for entry in re.split(r"[;,\s]+", arch_list.strip()):
+        if not entry:
+            continue
+        m = _ARCH.match(entry)
+        if not m:
+            _err(f"failed to solve: nvcc fatal: Unsupported gpu architecture 'compute_{entry}'")
+        major, minor, suffix = m.groups()
+        if (major, minor) == ("12", "1") and not preserved:
+            minor, suffix = "0", ""  # the silent collapse: the build still succeeds
+        archs.add(f"sm_{major}{minor}{suffix}")
+    return sorted(archs)
+
+
+def _patched(src: Path) -> list[str]:
+    record = src / "vllm" / "_sm12x_patches.json"
+    return json.loads(record.read_text(encoding="utf-8")).get("patches", []) if record.is_file() else []
+
+
 def build(store: Store, opts: BuildOptions) -> str:
     if opts.context is None:
         _err('"docker build" requires exactly 1 argument.\nUsage:  docker build [OPTIONS] PATH | URL | -')
@@ -457,6 +495,14 @@ def build(store: Store, opts: BuildOptions) -> str:
                 if done.returncode != 0:
                     _err('failed to solve: process "/bin/sh -c VLLM_SRC=/src/vllm DEPS=/deps2 bash /tmp/fetch-deps.sh" '
                          f"did not complete successfully: exit code: {done.returncode}")
+        if dockerfile.runs_sm12x_patch and (context / "patch_cuda_sm12x.py").is_file() and "VLLM" in sources:
+            with progress.step("[vllm-builder 1/2] RUN python3 /tmp/patch_cuda_sm12x.py /src/vllm") as log:
+                done = subprocess.run([sys.executable, str(context / "patch_cuda_sm12x.py"), str(sources["VLLM"])],
+                                      cwd=work, capture_output=True, text=True, check=False)
+                log(done.stdout + done.stderr)
+                if done.returncode != 0:
+                    _err('failed to solve: process "/bin/sh -c python3 /tmp/patch_cuda_sm12x.py /src/vllm" '
+                         f"did not complete successfully: exit code: {done.returncode}")
         installed: list[str] = []
         for key, src in sources.items():
             pkg = key.lower()
@@ -472,6 +518,11 @@ def build(store: Store, opts: BuildOptions) -> str:
                     (src / version_file).parent.mkdir(parents=True, exist_ok=True)
                     (src / version_file).write_text(_version_file(version), encoding="utf-8")
                 _install(src, pkg, name or pkg, version, site)
+                if key in _COMPILED and dockerfile.records_cuda_archs:
+                    archs = _compiled_archs(key, args.get("TORCH_CUDA_ARCH_LIST", ""), src)
+                    (site / pkg / "_cuda_archs.txt").write_text("".join(f"{a}\n" for a in archs), encoding="utf-8")
+                    log(f"{pkg}: kernels for {' '.join(archs) or 'no arch'} (TORCH_CUDA_ARCH_LIST="
+                        f"{args.get('TORCH_CUDA_ARCH_LIST', '')!r})")
                 log(f"Successfully built {name or pkg}-{version}-cp312-cp312-linux_aarch64.whl")
                 installed.append(f"{name or pkg}=={version}")
         created = max(commit_times)  # SOURCE_DATE_EPOCH: the newest pinned commit
@@ -696,7 +747,12 @@ def save(store: Store, refs: list[str], output: str | None) -> int:
             _err(f"Error response from daemon: reference does not exist: {ref}")
         tags = [normalize_tag(ref)] if normalize_tag(ref) in store.repositories() else store.tags_of(image_id)
         chosen.append((image_id, tags))
-    if output in (None, "-"):
+    if output == "-":
+        # The runbook (Distribute): "the docker save -o - variant is broken on this stack". Refused
+        # before a byte reaches stdout, so a distribute switched to `-o -` fails loudly, never half-loads.
+        _err("docker save -o -: writing the archive to '-' is broken on this stack (DGX Spark nodes, runbook: "
+             "Distribute); stream it with plain `docker save IMAGE` to stdout: docker save IMG | ssh dst docker load")
+    if output is None:
         if sys.stdout.isatty():
             _err("cowardly refusing to save to a terminal. Use the -o flag or redirect")
         sink: IO[bytes] = sys.stdout.buffer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -681,8 +682,13 @@ RUN VLLM_SRC=/src/vllm DEPS=/deps2 bash /tmp/fetch-deps.sh
 
 FROM deps-fetched AS vllm-builder
 ARG VLLM_PRETEND_VERSION
+ARG TORCH_CUDA_ARCH_LIST
 ENV VLLM_CUTLASS_SRC_DIR=/deps2/cutlass FLASH_MLA_SRC_DIR=/deps2/flashmla FLASHKDA_SRC_DIR=/deps2/flashkda
-RUN cd /src/vllm && SETUPTOOLS_SCM_PRETEND_VERSION="$VLLM_PRETEND_VERSION" uv build --wheel -o /wheels
+# GB10: patch_cuda_sm12x.py + the eugr set, run in full and idempotent (preserve_sm12x_target keeps 12.1a).
+COPY patch_cuda_sm12x.py /tmp/patch_cuda_sm12x.py
+RUN python3 /tmp/patch_cuda_sm12x.py /src/vllm
+RUN cd /src/vllm && TORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST" SETUPTOOLS_SCM_PRETEND_VERSION="$VLLM_PRETEND_VERSION" \\
+    uv build --wheel -o /wheels
 
 FROM apt AS b12x-builder
 ARG B12X_REPO
@@ -696,9 +702,11 @@ ARG LMCACHE_REPO
 ARG LMCACHE_COMMIT
 ARG LMCACHE_TREE
 ARG LMCACHE_PRETEND_VERSION
+ARG TORCH_CUDA_ARCH_LIST
 RUN git init /src/lmcache && git -C /src/lmcache fetch --depth=1 "$LMCACHE_REPO" "$LMCACHE_COMMIT" && git -C /src/lmcache checkout FETCH_HEAD \\
  && test "$(git -C /src/lmcache rev-parse HEAD^{tree})" = "$LMCACHE_TREE" \\
- && SETUPTOOLS_SCM_PRETEND_VERSION="$LMCACHE_PRETEND_VERSION" uv build --wheel -o /wheels /src/lmcache
+ && TORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST" SETUPTOOLS_SCM_PRETEND_VERSION="$LMCACHE_PRETEND_VERSION" \\
+    uv build --wheel -o /wheels /src/lmcache
 
 FROM apt AS runner
 COPY --from=vllm-builder /wheels /wheels
@@ -706,6 +714,10 @@ COPY --from=b12x-builder /wheels /wheels
 COPY --from=lmcache-builder /wheels /wheels
 RUN uv pip install --system /wheels/*.whl \\
  && python -c "import vllm, b12x, lmcache; print(vllm.__version__)"
+# What the kernels were really compiled for, read off the cubins: the cuda_arch_sm121a boot gate reads it.
+RUN site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])') && for pkg in vllm lmcache; do \\
+      cuobjdump --list-elf "$site/$pkg"/*.so | sed -n 's/.*[.]\\(sm_[0-9]*[af]\\{0,1\\}\\)[.]cubin$/\\1/p' | sort -u \\
+        > "$site/$pkg/_cuda_archs.txt"; done
 """
 
 BUILD_SH = """#!/usr/bin/env bash
@@ -713,8 +725,8 @@ BUILD_SH = """#!/usr/bin/env bash
 # wins: versions.env < profile), goes to `docker build` as a --build-arg; the image is labelled with the
 # profile it was built from.
 #   TAG=jovian-judgement:r35-glm53 PROFILE=r35 bash build.sh
-# PROFILE unset: versions.env alone (the base pins). BUILD_DIR_CHECKSUM set (the launcher stamps it):
-# also labelled lockstep.build_dir_checksum, so an image says which shipped dir it came from.
+# PROFILE unset: versions.env alone (the base pins). BUILD_DIR_CHECKSUM set (lockstep and `sm121 build`
+# both stamp it, over the build dir): also labelled sm121.checksum, so an image says which dir it came from.
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$(pwd)
@@ -756,13 +768,43 @@ if [ -n "${PROFILE:-}" ]; then
   load "profiles/$PROFILE.env"
   labels+=(--label "lockstep.profile=$PROFILE")
 fi
-if [ -n "${BUILD_DIR_CHECKSUM:-}" ]; then labels+=(--label "lockstep.build_dir_checksum=$BUILD_DIR_CHECKSUM"); fi
+if [ -n "${BUILD_DIR_CHECKSUM:-}" ]; then labels+=(--label "sm121.checksum=$BUILD_DIR_CHECKSUM"); fi
 
 args=()
 for key in "${keys[@]}"; do args+=(--build-arg "$key=${value[$key]}"); done
 echo "build.sh: $TAG from versions.env${PROFILE:+ < profiles/$PROFILE.env} (${#keys[@]} build args)" >&2
 exec docker build -t "$TAG" "${args[@]}" "${labels[@]}" .
 """
+
+GB10_DEVIATIONS = """# gb10-deviations.toml: where our DGX Spark (GB10) runtime deviates from the lab's RTX build.
+# Our runtime follows the vLLM tree's own requirements/cuda.txt; re-evaluate these only when the
+# tree's pins change (lockstep's gb10_deviations_current check says when), then update [tree_pins].
+
+[tree_pins]  # requirements/cuda.txt runtime pins these deviations were written against
+torch = "2.13.0"
+flashinfer-python = "0.6.17"
+
+[[deviation]]
+component = "CUDA"
+ours = "13.2 aarch64"
+lab = "13.3"
+why = "the tree's torch 2.13.0+cu130 wheels; the lab runs a newer RTX runtime"
+
+[[deviation]]
+component = "flashinfer"
+ours = "0.6.17"
+lab = "0.6.18"
+why = "the tree's requirements/cuda.txt pin"
+
+[[deviation]]
+component = "NCCL"
+ours = "torch-bundled"
+lab = "2.31.2"
+why = "single-node-pair TP2 lane; the bundled NCCL is what torch 2.13.0 was tested with"
+"""
+
+# The GB10 patch set the build dir ships and its Dockerfile runs (a real script: sandbox/patch_cuda_sm12x.py).
+PATCH_CUDA_SM12X_PY = (Path(__file__).parent / "patch_cuda_sm12x.py").read_text(encoding="utf-8")
 
 BUILD_README = """# docker-images (sandbox copy)
 

@@ -23,7 +23,6 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -33,9 +32,7 @@ from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
 from sandbox.bench_offline import BOOK_URL as BENCH_BOOK_URL
 from sandbox.bench_offline import TOKENIZER_DIR as BENCH_TOKENIZER
-
-if TYPE_CHECKING:
-    from sandbox.world import Sandbox
+from sandbox.layout import BUILD_NODE, LANE_NODES, Sandbox
 
 UTC = timezone.utc
 UPSTREAM = ("sandbox upstream", "upstream@sandbox.invalid")
@@ -131,6 +128,7 @@ class LabRev(BaseModel):
     moved_deps: dict[str, str] = Field(default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)")
     broken_import: bool = Field(default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import).")
     broken_model: bool = Field(default=False, description="The vLLM pin serves a model that scores low (broken_model).")
+    held: list[str] = Field(default_factory=list, description="Packages pinned as the previous rev had them, their forks untouched (hold).")
     lock_text: str = ""
 
 
@@ -370,13 +368,16 @@ def _move_flashmla(w: JovianRepos, when: datetime, cutlass_commit: str) -> str:
 
 def _cut_forks(
     w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False,
-    broken_model: bool = False,
+    broken_model: bool = False, hold: tuple[str, ...] = (),
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """Push one rev's work and pin commits to every fork. Returns (tips, branches, moved cmake deps)."""
+    """Push one rev's work and pin commits to every fork but the held ones (nothing is pushed to those).
+    Returns (tips, branches, moved cmake deps)."""
     tips: dict[str, str] = {}
     branches: dict[str, str] = {}
     moved: dict[str, str] = {}
     for pkg in PACKAGES:
+        if pkg in hold:
+            continue
         bare = w.path(pkg)
         if pkg == "lmcache":
             branch = LMCACHE_BRANCH
@@ -437,12 +438,13 @@ def _doc_rows(doc: str) -> list[tuple[str, str, str, str]]:
 def _publish_rev(
     w: JovianRepos, rev: str, cut: datetime, *, previous: tuple[str, dict[str, str]] | None,
     half_cut: bool, move_dep: bool, break_import: bool = False, broken_model: bool = False,
+    hold: tuple[str, ...] = (),
 ) -> LabRev:
     tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep,
-                                       break_import=break_import, broken_model=broken_model)
+                                       break_import=break_import, broken_model=broken_model, hold=hold)
     locked: dict[str, src.LockedPackage] = {}
     for pkg in PACKAGES:
-        if half_cut and previous is not None and pkg != "vllm":
+        if previous is not None and (pkg in hold or (half_cut and pkg != "vllm")):
             locked[pkg] = _locked_from(previous[1], pkg)
             continue
         sha = tips[pkg]
@@ -469,6 +471,8 @@ def _publish_rev(
     rows = _doc_rows(_show(lab, lab_tip, src.MODEL_DOC))
     rows.append((rev, f"{cut:%Y%m%d}", locked["vllm"].commit, locked["b12x"].commit))
     what = " (vLLM only; b12x/LMCache held at " + previous[0] + ")" if half_cut and previous else ""
+    if hold and previous:
+        what = f" ({', '.join(hold)} held at {previous[0]}, unchanged)"
     lab_commit = fast_import(lab, [Commit(
         LAB_BRANCH, f"glm-5.3-flash: {rev} source lock{what}", cut + timedelta(minutes=40),
         {lock_path(rev): text, src.MODEL_DOC: src.model_doc(rows)}, parent=lab_tip, ident=LAB,
@@ -480,7 +484,7 @@ def _publish_rev(
         committed_at={p: _commit_time(w.path(p), locked[p].commit) for p in PACKAGES},
         branches=branches, previous=previous[0] if previous else None,
         half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import,
-        broken_model=broken_model, lock_text=text,
+        broken_model=broken_model, lock_text=text, held=[p for p in hold if previous],
     )
 
 
@@ -509,6 +513,8 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
         f"{d}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, first.name)),
         f"{d}/build.sh": Exe(src.BUILD_SH),
         f"{d}/Dockerfile": src.DOCKERFILE,
+        f"{d}/patch_cuda_sm12x.py": src.PATCH_CUDA_SM12X_PY,
+        f"{d}/gb10-deviations.toml": src.GB10_DEVIATIONS,
         f"{d}/profiles/.keep": "",
         RECIPE: src.recipe_toml(lane="glm53-2x", image_tag=f"{d}:{first.name}-glm53", build_dir=d,
                                 profile=first.name),
@@ -564,8 +570,6 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
 # llama-benchy reads the tokenizer and book sandbox/bench_offline.py left in the node's home (no internet).
 LANE = "glm53-2x"
 BROKEN_MODEL_MARKER = "vllm/sandbox_model.toml"  # sandbox/model_server.py MARKER, inside the vllm package
-BUILD_NODE = "spark-build"
-LANE_NODES = ["spark-a", "spark-b"]
 TOLERANCE = 1.0
 BENCH_QUALITY = ["tool-eval-bench", "run", "--short", "--seed", "{seed}", "--base-url", "{base_url}", "--model", "{model}",
                  "--no-live", "--json-file", "{out}"]
@@ -631,7 +635,7 @@ def _next_cut(w: JovianRepos) -> datetime:
 
 def new_lab_rev(
     root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False,
-    broken_model: bool = False,
+    broken_model: bool = False, hold: tuple[str, ...] = (),
 ) -> LabRev:
     """Cut a new rev across the forks and publish its source lock in the lab repo.
 
@@ -644,13 +648,15 @@ def new_lab_rev(
     `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
     `broken_model`: the new vLLM commit carries `vllm/sandbox_model.toml` (quality = "broken"): the image
     builds, boots and serves, but its model never calls a tool, so it benches under the baseline.
+    `hold`: packages held on purpose (the runbook's r39 holds LMCache at 29bc5a2e): nothing is pushed to
+    their forks and the lock keeps the previous rev's pins, while the other forks are one cut.
     """
-    from sandbox.world import up
-
     if not _REV_NAME.match(name):
         raise LockstepError(f"{name!r} is not a rev name (letters, digits, '.', '_', '-'; like r28)")
-    sb = up(root)
-    w = JovianRepos(repos=sb.repos)
+    if unknown := [p for p in hold if p not in PACKAGES]:
+        raise LockstepError(f"cannot hold {', '.join(unknown)}: the forks are {', '.join(PACKAGES)}")
+    sb = _existing(root)
+    w = jovian_up(sb)
     if _exists(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(name)):
         raise LockstepError(f"{w.url('rtx6kpro')} already has {lock_path(name)}: a rev is published once; pick a new name")
     revs = published_revs(w)
@@ -659,4 +665,41 @@ def new_lab_rev(
     prev = revs[-1]
     prev_lock = src.parse_lock(_show(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(prev)))
     return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep,
-                        break_import=break_import, broken_model=broken_model)
+                        break_import=break_import, broken_model=broken_model, hold=tuple(hold))
+
+
+def _existing(root: Path) -> Sandbox:
+    """The sandbox at `root`; these cut into an existing one (`lockstep sandbox up` makes it)."""
+    sb = Sandbox(root=root.resolve())
+    if not sb.site_file.is_file():
+        raise LockstepError(f"no sandbox at {sb.root} (no {sb.site_file.name}): run `lockstep sandbox up` first")
+    return sb
+
+
+_GATE_LINE = re.compile(r"^gate (\S+) +(\S+) (\S+)$", re.M)
+
+
+def add_lineage(root: Path, build_dir: str, *, from_rev: str, moved_deps: dict[str, str] | None = None) -> str:
+    """Split a build lineage off the current one, as the runbook's r39 did (`jovian-judgement-r39/`):
+    the build repo gets `build_dir` with the base dir's versions.env, build.sh and Dockerfile, its own
+    profiles/ and a fetch-deps.sh whose gates carry `moved_deps` (cmake dep -> new tag, e.g. a LabRev's
+    moved_deps), and the site file a `[[jovian.lineages]]` entry. Returns the build repo's new commit."""
+    sb = _existing(root)
+    w = jovian_up(sb)
+    tip = _tip(w.build, f"refs/heads/{BUILD_BRANCH}")
+    base_gates = _show(w.build, tip, f"{BUILD_DIR}/fetch-deps.sh")
+    gates = [src.Gate(name=n, repository=r, tag=(moved_deps or {}).get(n, t)) for n, r, t in _GATE_LINE.findall(base_gates)]
+    versions = _show(w.build, tip, f"{BUILD_DIR}/versions.env")
+    commit = fast_import(w.build, [Commit(BUILD_BRANCH, f"{build_dir}: new build lineage from {from_rev} (every cmake pin moved)",
+                                          _commit_time(w.build, tip) + timedelta(hours=1), {
+        f"{build_dir}/versions.env": versions.replace(f"# {BUILD_DIR} pins:", f"# {build_dir} pins (lineage from {from_rev}):", 1),
+        f"{build_dir}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, from_rev)),
+        f"{build_dir}/build.sh": Exe(_show(w.build, tip, f"{BUILD_DIR}/build.sh")),
+        f"{build_dir}/Dockerfile": _show(w.build, tip, f"{BUILD_DIR}/Dockerfile"),
+        f"{build_dir}/profiles/.keep": "",
+    }, parent=tip, ident=BUILDER)])[0]
+    # The site file as the sandbox writes it says `lineages = []` in [jovian]: an array of tables cannot follow that.
+    text = re.sub(r"^lineages = \[\]\n", "", sb.site_file.read_text(encoding="utf-8"), flags=re.M)
+    sb.site_file.write_text(text.rstrip("\n") + f'\n\n[[jovian.lineages]]\ndir = "{build_dir}"\nfrom_rev = "{from_rev}"\n',
+                            encoding="utf-8")
+    return commit

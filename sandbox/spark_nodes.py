@@ -31,18 +31,12 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from resources.site import SparkNode, SparkSection
 from sandbox.bench_offline import TOKENIZER_DIR
-
-if TYPE_CHECKING:
-    from sandbox.world import Sandbox
+from sandbox.layout import NODES, NODES_DIR, Sandbox
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# name -> roles; the names are the site's [[spark.nodes]] and [jovian] build_node / lane.nodes.
-NODES: dict[str, list[str]] = {"spark-build": ["build"], "spark-a": ["lane"], "spark-b": ["lane"]}
-NODES_DIR = "nodes"
 BENCH_KNOBS = ".sandbox-bench.json"  # in the node's home: {"fault": "dead-pipe"}
 BENCH_BIN = PROJECT_ROOT / ".tools" / "bench" / "bin"
 

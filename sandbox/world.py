@@ -17,7 +17,6 @@ from pathlib import Path
 
 import git
 import tomli_w
-from pydantic import BaseModel
 
 from resources.errors import FileFormatError, LockstepError
 from resources.site import (
@@ -31,8 +30,9 @@ from resources.site import (
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
 from sandbox.fake_iris import install_fake_iris
-from sandbox.jovian_world import BUILD_NODE, jovian_section, jovian_up, lane_section
-from sandbox.spark_nodes import NODES_DIR, install_nodes, spark_section
+from sandbox.jovian_world import jovian_section, jovian_up, lane_section
+from sandbox.layout import BUILD_NODE, Sandbox
+from sandbox.spark_nodes import install_nodes, spark_section
 
 HARBOR_BRANCH = "penfever/working"
 CONSUMER_BRANCH = "penfever/working"
@@ -53,38 +53,6 @@ SANDBOX_URL_SCHEMES = ("https", "ssh", "file")
 # `lockstep demo` (and the tests) set this to a dummy value: it is still treated as a secret.
 SANDBOX_TOKEN_ENV = "LOCKSTEP_SANDBOX_PUSH_TOKEN"
 SANDBOX_TOKEN_VALUE = "sandbox-push-token-0000"
-
-
-class Sandbox(BaseModel):
-    root: Path
-
-    @property
-    def site_file(self) -> Path:
-        return self.root / "site.toml"
-
-    @property
-    def repos(self) -> Path:
-        return self.root / "repos"
-
-    @property
-    def harbor(self) -> Path:
-        return self.repos / "harbor.git"
-
-    @property
-    def consumer(self) -> Path:
-        return self.repos / "openthoughts-agent.git"
-
-    @property
-    def iris_home(self) -> Path:
-        return self.root / "iris"
-
-    @property
-    def nodes(self) -> Path:
-        """The local DGX Spark nodes (sandbox/spark_nodes.py): one directory per node."""
-        return self.root / NODES_DIR
-
-    def url(self, bare: Path) -> str:
-        return bare.resolve().as_uri()
 
 
 @contextmanager

@@ -46,7 +46,7 @@ def test_tpu_graph_shape() -> None:
         "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
     assert {c.name for c in jovian.asset_graph.asset_check_keys} == {
         "pins_reachable", "trees_match", "one_cut", "newer_cut_available", "profile_keys_known",
-        "recipes_build_profile_top_level", "cuda_pins_gated", "cmake_pins_resolved", "gitlinks_populated", "boot_gates", "image_labeled",
+        "recipes_build_profile_top_level", "recipes_no_scattered_pins", "gb10_deviations_current", "cuda_pins_gated", "cmake_pins_resolved", "gitlinks_populated", "boot_gates", "image_labeled",
         "quality_not_below_baseline"}
     assert jovian_defs.resolve_job_def("adopt_lab_rev") is not None and jovian_defs.resolve_job_def("build_jovian_rev") is not None
     assert [s.name for s in jovian.sensor_defs] == ["lab_rev_sensor"]

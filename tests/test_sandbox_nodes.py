@@ -11,12 +11,17 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import dagster as dg
 import git
 import pytest
 from click.testing import CliRunner
 
+from jovian_assets.node_assets import distributed_image
+from jovian_assets.node_build import NodeBuildFailed, NodeImage, label_finding, run_gates
+from jovian_assets.source_lock import parse_source_lock
 from lockstep.cli import main
-from resources.site import DEFAULT_BOOT_GATES, DEFAULT_VERSIONS_KEYS, load_site
+from resources.site import DEFAULT_BOOT_GATES, DEFAULT_VERSIONS_KEYS, SiteResource, load_site
+from resources.spark import PipeFailed, spark_for
 from sandbox.jovian_sources import FLASHKDA_EXTENSION, parse_lock
 from sandbox.jovian_world import BUILD_DIR, lock_path, new_lab_rev
 from sandbox.spark_nodes import NODES, install_node, install_nodes, node_env, set_bench_knobs
@@ -164,7 +169,8 @@ def test_build_sh_merges_the_profile_and_the_image_carries_the_pins(world: Sandb
     doc = inspect(node, tag)
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", doc["Id"]) and doc["Id"] == r28["id"]
     assert doc["RepoTags"] == [tag]
-    assert doc["Config"]["Labels"] == {"lockstep.profile": "r28", "lockstep.build_dir_checksum": "c0ffee"}
+    assert doc["Config"]["Labels"] == {"lockstep.profile": "r28", "sm121.checksum": "c0ffee"}
+    assert label_finding(tag, doc["Config"]["Labels"], "c0ffee").passed
     assert "CUDA_VERSION=13.2" in doc["Config"]["Env"] and doc["Architecture"] == "arm64"
     fmt = out(sh(node, "docker", "image", "inspect", "--format", '{{.Id}} {{index .Config.Labels "lockstep.profile"}}', tag))
     assert fmt.split() == [doc["Id"], "r28"]
@@ -331,6 +337,103 @@ def test_docker_cli_edges(r28: dict, tmp_path: Path) -> None:
     assert out(sh(node, "docker", "rmi", "jovian-judgement:alias")) == "Untagged: jovian-judgement:alias\n"
     assert out(sh(node, "docker", "rmi", r28["tag"])) == f"Untagged: {r28['tag']}\nDeleted: {r28['id']}\n"
     assert stored(node) == []
+
+
+# -- lockstep's distribute and gates on these nodes -------------------------------------------------
+
+
+def node_image(r28: dict, image_id: str | None = None) -> NodeImage:
+    return NodeImage(rev="r28", tag=r28["tag"], node="spark-build", image_id=image_id or r28["id"],
+                     build_dir_checksum="c0ffee", duration_s=0.0)
+
+
+def distribute(world: Sandbox, image: NodeImage) -> dg.Output:
+    spark = spark_for(load_site(world.site_file))
+    try:
+        return distributed_image(dg.build_asset_context(), site=SiteResource(path=str(world.site_file)), spark=spark,
+                                 image=image)
+    finally:
+        spark.close()
+
+
+def test_distribute_streams_plain_docker_save_because_save_to_dash_is_refused(world: Sandbox, r28: dict) -> None:
+    for variant in (["-o", "-"], ["--output=-"]):
+        refused = sh(r28["node"], "docker", "save", *variant, r28["tag"])
+        assert refused.returncode == 1 and refused.stdout == b"", refused
+        assert b"docker save -o -: writing the archive to '-' is broken on this stack" in refused.stderr
+    spark = spark_for(load_site(world.site_file))
+    try:
+        with pytest.raises(PipeFailed, match="docker save -o -") as info:
+            spark.pipe(src="spark-build", src_argv=["docker", "save", "-o", "-", r28["tag"]], dsts=["spark-b"],
+                       dst_argv=["docker", "load"])
+        assert info.value.result.src.bytes == 0
+    finally:
+        spark.close()
+
+    done = distribute(world, node_image(r28))  # lockstep's own argv: passes only as plain `docker save IMG`
+    assert done.value.nodes == {"spark-a": r28["id"], "spark-b": r28["id"]} and done.value.bytes > 0
+
+
+def test_an_image_id_that_differs_after_load_fails_naming_the_node_and_both_ids(world: Sandbox, r28: dict) -> None:
+    recorded = "sha256:" + "ab" * 32  # what jovian/image recorded; the tag on the build node moved since
+    with pytest.raises(NodeBuildFailed) as info:
+        distribute(world, node_image(r28, image_id=recorded))
+    message = str(info.value)
+    assert f"{r28['tag']} is {recorded} on spark-build" in message
+    assert f"spark-a holds {r28['id']}" in message and f"spark-b holds {r28['id']}" in message
+
+
+def test_a_wrong_engine_string_fails_the_pin_gate_naming_expected_and_found(world: Sandbox, r28: dict) -> None:
+    text = git.Repo(world.repos / "rtx6kpro.git").git.show(f"master:{lock_path('r28')}")
+    built = r28["lock"]["vllm.version"]
+    wrong = built.replace("glm53.r28", "glm53.r27")
+    lock = parse_source_lock(text.replace(f"vllm.version={built}", f"vllm.version={wrong}"), lock_path("r28"))
+    (gate,) = [g for g in DEFAULT_BOOT_GATES if g.name == "vllm_import_carries_pin"]
+    spark = spark_for(load_site(world.site_file))
+    try:
+        finding, outputs = run_gates(spark, node="spark-build", tag=r28["tag"], gates=[gate], lock=lock)
+    finally:
+        spark.close()
+    assert not finding.passed and outputs["vllm_import_carries_pin"]["stdout"] == built
+    assert f"vllm_import_carries_pin: expected {wrong!r}, found {built!r}" in finding.description
+
+
+def gate_errors(node: Path, tag: str) -> dict[str, str]:
+    """The GB10 gates on an image: gate name -> the last stderr line of a failing one."""
+    failed = {}
+    for gate in (g for g in DEFAULT_BOOT_GATES if g.name in ("cuda_arch_sm121a", "sm12x_patch_set_applied")):
+        result = sh(node, "docker", "run", "--rm", tag, "python", "-c", gate.code)
+        if result.returncode != 0:
+            failed[gate.name] = result.stderr.decode().strip().splitlines()[-1]
+    return failed
+
+
+def test_gb10_gates_catch_a_12_0_build_and_a_build_without_the_sm12x_patch_set(r28: dict, tmp_path: Path) -> None:
+    node = install_node(tmp_path / "spark-x")
+    assert gate_errors(r28["node"], r28["tag"]) == {}  # the sandbox's own build: 12.1a kept, the set applied
+    as_theirs = shutil.copytree(r28["ctx"], tmp_path / "theirs")
+    env = as_theirs / "versions.env"
+    env.write_text(env.read_text().replace("TORCH_CUDA_ARCH_LIST=12.1a", "TORCH_CUDA_ARCH_LIST=12.0"))
+    out(build(node, as_theirs, "jovian-judgement:arch120", "r28"))  # no BUILD_DIR_CHECKSUM: a hand build
+    assert gate_errors(node, "jovian-judgement:arch120") == {
+        "cuda_arch_sm121a": "AssertionError: vllm kernels are compiled for sm_120, not sm_121a (TORCH_CUDA_ARCH_LIST=12.1a "
+                            "collapses to 12.0 without preserve_sm12x_target)"}
+    labels = inspect(node, "jovian-judgement:arch120")["Config"]["Labels"]
+    assert "sm121.checksum" not in labels
+    assert label_finding("jovian-judgement:arch120", labels, "c0ffee").description.startswith(
+        "STALE: unlabeled jovian-judgement:arch120: no sm121.checksum label")
+
+    unpatched = shutil.copytree(r28["ctx"], tmp_path / "unpatched")
+    dockerfile = unpatched / "Dockerfile"
+    dockerfile.write_text("".join(line for line in dockerfile.read_text().splitlines(keepends=True)
+                                  if "patch_cuda_sm12x" not in line))
+    result = build(node, unpatched, "jovian-judgement:unpatched", "r28")
+    out(result)  # the build succeeds: only the gates can tell
+    assert "vllm: kernels for sm_120 (TORCH_CUDA_ARCH_LIST='12.1a')" in result.stderr.decode()
+    errors = gate_errors(node, "jovian-judgement:unpatched")
+    assert errors["sm12x_patch_set_applied"] == ("AssertionError: vllm/_sm12x_patches.json is missing: "
+                                                 "patch_cuda_sm12x.py did not run on this vLLM tree")
+    assert "vllm kernels are compiled for sm_120, not sm_121a" in errors["cuda_arch_sm121a"]
 
 
 # -- bench -----------------------------------------------------------------------------------------

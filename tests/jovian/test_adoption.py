@@ -37,7 +37,7 @@ def test_new_lab_rev_one_tick_one_run_then_all_five_assets_green(lab: Lab) -> No
     result = lab.adopt("r28", tags=request.tags)
     assert result.success, failure_message(result)
     assert done(result) == ALL
-    assert all(e.passed for e in checks(result).values()) and len(checks(result)) == 9
+    assert all(e.passed for e in checks(result).values()) and len(checks(result)) == 11
 
     profile = remote_file(lab.build_repo, f"{BUILD_DIR}/profiles/r28.env", BUILD_BRANCH)
     assert f"VLLM_COMMIT={rev.pins['vllm']}" in profile and f"B12X_COMMIT={rev.pins['b12x']}" in profile
@@ -52,15 +52,21 @@ def test_new_lab_rev_one_tick_one_run_then_all_five_assets_green(lab: Lab) -> No
     assert remote_head(lab.build_repo, BUILD_BRANCH) == head
 
 
-def test_half_cut_rev_fails_one_cut_with_the_spread_and_nothing_downstream(lab: Lab) -> None:
+def test_half_cut_rev_fails_one_cut_naming_the_skipped_commits_and_nothing_downstream(lab: Lab) -> None:
     assert lab.adopt("r27").success
-    new_lab_rev(lab.sb.root, "r28", half_cut=True)
+    rev = new_lab_rev(lab.sb.root, "r28", half_cut=True)
     head = remote_head(lab.build_repo, BUILD_BRANCH)
     result = lab.adopt("r28")
     assert not result.success
     one_cut = checks(result)["one_cut"]
-    assert not one_cut.passed and "half-cut rev r28" in (one_cut.description or "")
-    assert "minutes, over the 30-minute cut window" in (one_cut.description or "") and "b12x" in (one_cut.description or "")
+    said = one_cut.description or ""
+    assert not one_cut.passed and said.startswith("half-cut rev r28: ")
+    # b12x and LMCache kept r27's pins while their branches were cut with vLLM: not holds, skipped cuts.
+    b12x_cut = git.Repo(lab.sb.repos / "b12x.git").commit(rev.branches["b12x"])
+    assert f"b12x stayed at {rev.pins['b12x'][:8]} (unchanged since r27)" in said and "skipped 4 commit(s)" in said
+    assert f"{b12x_cut.hexsha[:12]} {b12x_cut.committed_datetime:%Y-%m-%dT%H:%MZ} glm53 r28 release cut" in said
+    assert "GLM loader: fuse shared-expert scales" in said and "MP transfer: retry short shared-memory reads" in said
+    assert "lmcache stayed at" in said and "held at" not in said
     assert not checks(result)["newer_cut_available"].passed  # the left-behind forks have newer commits
     assert done(result) == {"jovian/source_lock", "jovian/fork_cut"}
     assert remote_head(lab.build_repo, BUILD_BRANCH) == head  # no profile for a half-cut
@@ -150,3 +156,24 @@ def test_cli_previews_a_lock_and_a_dep_table(lab: Lab, tmp_path: Path) -> None:
     lock_file.write_text(lock_file.read_text().replace("release.version=r27\n", ""))
     bad = runner.invoke(lockstep_cli, ["lab", "lock", str(lock_file)])
     assert bad.exit_code != 0 and f"{lock_file}" in bad.output and "release.version" in bad.output
+
+
+def test_scattered_recipe_pins_and_stale_gb10_deviations_are_warnings_naming_file_and_line(
+        lab: Lab, push_repo: Callable[..., str]) -> None:
+    def scatter(wt: Path) -> None:
+        recipe = wt / RECIPE
+        recipe.write_text(recipe.read_text() + 'VLLM_COMMIT = "62f6385c0000000000000000000000000000beef"\n')
+        deviations = wt / BUILD_DIR / "gb10-deviations.toml"
+        deviations.write_text(deviations.read_text().replace('torch = "2.13.0"', 'torch = "2.12.0"'))
+
+    push_repo(lab.build_repo, BUILD_BRANCH, scatter, "recipe: pin vLLM by hand; deviations from an older tree")
+    result = lab.adopt("r27")
+    assert result.success and done(result) == ALL  # WARNs: the rev is still adopted
+    recipe = remote_file(lab.build_repo, RECIPE, BUILD_BRANCH).splitlines()
+    line = recipe.index('VLLM_COMMIT = "62f6385c0000000000000000000000000000beef"') + 1
+    scattered = checks(result)["recipes_no_scattered_pins"]
+    assert not scattered.passed and (scattered.description or "").startswith(
+        f"{RECIPE}:{line}: [build.versions] overrides the profile's pins VLLM_COMMIT (line {line})")
+    stale = checks(result)["gb10_deviations_current"]
+    assert not stale.passed and "re-evaluate the GB10 runtime deviations" in (stale.description or "")
+    assert f"torch 2.12.0 -> 2.13.0 ({BUILD_DIR}/gb10-deviations.toml:" in (stale.description or "")

@@ -251,3 +251,23 @@ def test_a_rev_that_slipped_past_the_parser_still_names_no_path(world: tuple[Pat
     assert f"lab_revs partition {name!r} is not a plain name" in failure_message(result)
     assert _snapshot(home, lab.sb) == before and not Path("/tmp/lockstep-escape-slipped.env").exists()
     count("hostile names refused (jovian)")
+
+
+def test_an_unfetchable_pin_is_refused_at_the_fork_cut_naming_package_and_sha_and_nothing_is_built(
+        world: tuple[Path, Lab], push_repo: Callable[..., str]) -> None:
+    """Not hostile, just wrong: a lock that pins a commit the fork does not have (a force-push, a typo)."""
+    home, lab = world
+    r27 = remote_file(lab.lab_repo, lock_path("r27"), LAB_BRANCH)
+    keys = dict(line.split("=", 1) for line in r27.splitlines() if "=" in line)
+    gone = "0badc0de" * 5
+    _publish(lab, push_repo, "r27gone", r27.replace("release.version=r27", "release.version=r27gone")
+             .replace(f"b12x.commit={keys['b12x.commit']}", f"b12x.commit={gone}"))
+    before = _snapshot(home, lab.sb)
+
+    result = lab.adopt("r27gone", build=True)
+
+    assert not result.success and done(result) == {"jovian/source_lock", "jovian/fork_cut"}
+    reachable = {e.check_name: e for e in result.get_asset_check_evaluations()}["pins_reachable"]
+    assert not reachable.passed and f"b12x {gone[:12]} from" in (reachable.description or "")
+    after = _snapshot(home, lab.sb)
+    assert after["nodes"] == before["nodes"] and after["build_refs"] == before["build_refs"]  # nothing built or pushed
