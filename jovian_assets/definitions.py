@@ -10,13 +10,12 @@ from jovian_assets.adoption_assets import (
     fork_cut,
     source_lock,
 )
+from jovian_assets.bench_assets import BENCH, bench_report
 from jovian_assets.lane import LANE_SERVING
 from jovian_assets.lane_assets import lane, lane_serving
 from jovian_assets.node_assets import (
-    BENCH,
     DISTRIBUTED,
     IMAGE,
-    bench_report,
     build_image_asset,
     distributed_image,
     node_pool,

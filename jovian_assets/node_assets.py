@@ -1,19 +1,16 @@
-"""`jovian/image`, `jovian/distributed_image`, `jovian/bench_report`: build on the Spark build node,
-gate, distribute to the lane, bench. All partitioned by `lab_revs`."""
+"""`jovian/image`, `jovian/distributed_image`: build on the Spark build node, gate, distribute to the
+lane. All partitioned by `lab_revs` (the bench is jovian_assets/bench_assets.py)."""
 
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 
 import dagster as dg
 
 from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table, rev_of
-from jovian_assets.inputs import inside
-from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding
+from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees
 from jovian_assets.node_build import (
-    BenchResult,
     Distribution,
     NodeBuildFailed,
     NodeImage,
@@ -21,24 +18,19 @@ from jovian_assets.node_build import (
     image_tag,
     inspect_image,
     label_finding,
-    parse_quality,
-    parse_throughput,
     run_gates,
     stage_build_dir,
     wait_detached,
 )
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
-from resources.links import commit_entries
 from resources.site import SiteResource
 from resources.spark import SparkNodes
 
 IMAGE = dg.AssetKey(["jovian", "image"])
 DISTRIBUTED = dg.AssetKey(["jovian", "distributed_image"])
-BENCH = dg.AssetKey(["jovian", "bench_report"])
 BOOT_GATES = "boot_gates"
 IMAGE_LABELED = "image_labeled"
-QUALITY_GATE = "quality_not_below_baseline"
 
 
 def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,
@@ -162,61 +154,3 @@ def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, spa
         "nodes": _table([{"node": n, "image_id": i} for n, i in ids.items()], ["node", "image_id"]),
         "bytes": dg.MetadataValue.int(sent),
     })
-
-
-@dg.asset(
-    key=BENCH,
-    partitions_def=lab_revs,
-    group_name="jovian",
-    kinds={"ssh"},
-    code_version="1",
-    deps=[DISTRIBUTED],
-    check_specs=[dg.AssetCheckSpec(QUALITY_GATE, asset=BENCH, blocking=True,
-                                   description="The quality score is not below the lane's baseline minus the site's tolerance.")],
-    description=(
-        "tool-eval-bench on the lane (quality with a fixed seed; perf pp2048/tg128 c1+c2), parsed, and written "
-        "to `recipes/<lane>/reports/<UTC-stamp>_<label>.md` in the build repo, committed and pushed fast-forward."
-    ),
-)
-def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,
-                 image: NodeImage):
-    config = site.config()
-    jovian = _jovian(site)
-    lane = jovian.lane
-    if lane is None:
-        raise NodeBuildFailed(f"{config.path}: no [jovian.lane] to bench")
-    node = lane.nodes[0]
-    runs = {}
-    for label, argv in (("quality", lane.bench_quality), ("perf", lane.bench_perf)):
-        result = spark.run(node=node, argv=argv, timeout_s=lane.bench_timeout_s)
-        if result.exit_code != 0 or not result.stdout.strip():
-            raise NodeBuildFailed(f"bench {label} on {node}: {result.describe()}")
-        runs[label] = result.stdout.decode(errors="replace")
-    score, throughput = parse_quality(runs["quality"]), parse_throughput(runs["perf"])
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    rel = f"recipes/{lane.name}/reports/{stamp}_{image.rev}.md"
-    body = (f"# {lane.name}: {image.tag} ({image.rev})\n\n- image ID: `{image.image_id}`\n"
-            f"- quality: **{score}** (baseline {lane.baseline_score}, tolerance {lane.tolerance})\n\n"
-            f"## quality\n\n```\n{runs['quality'].strip()}\n```\n\n## perf\n\n```\n{runs['perf'].strip()}\n```\n")
-    with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
-        report = inside(wt.path, rel)
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(body, encoding="utf-8")
-        git.commit_all(worktree=wt, message=f"bench: {lane.name} {image.rev} quality {score}",
-                       author=config.site.commit_author, paths=[rel])
-        commit = git.push_fast_forward(worktree=wt)
-    result = BenchResult(lane=lane.name, node=node, tag=image.tag, score=score, baseline=lane.baseline_score,
-                         tolerance=lane.tolerance, throughput=throughput, report_path=rel, build_commit=commit)
-    yield dg.Output(result, metadata={
-        "score": dg.MetadataValue.float(score),
-        "baseline": dg.MetadataValue.float(lane.baseline_score),
-        "report": dg.MetadataValue.text(rel),
-        "throughput": _table([{"test": k, "tokens_per_s": v} for k, v in throughput.items()], ["test", "tokens_per_s"]),
-        **commit_entries(config.links, "build_commit", jovian.build_repo, commit),
-    })
-    floor = lane.baseline_score - lane.tolerance
-    yield _check(BENCH, QUALITY_GATE, Finding(
-        passed=score >= floor,
-        description=f"quality {score} on {lane.name} vs baseline {lane.baseline_score} - {lane.tolerance} = {floor}"
-        + ("" if score >= floor else ": a regression — do not adopt this rev on the lane"),
-    ))

@@ -56,18 +56,6 @@ class Distribution(BaseModel):
     bytes: int
 
 
-class BenchResult(BaseModel):
-    lane: str
-    node: str
-    tag: str
-    score: float
-    baseline: float
-    tolerance: float
-    throughput: dict[str, float]
-    report_path: str
-    build_commit: str
-
-
 def manifest_checksum(root: Path) -> str:
     """sha256 over (relative path, file sha256) of every file under `root`, in path order."""
     digest = hashlib.sha256()
@@ -201,22 +189,3 @@ def inspect_image(spark: SparkNodes, *, node: str, tag: str) -> dict:
         raise NodeBuildFailed(f"{node}: docker image inspect {tag}: {result.describe()}: {result.stderr.decode(errors='replace').strip()}")
     (info,) = json.loads(result.stdout)
     return info
-
-
-# tool-eval-bench's report: `- **Final Score**: **71.6** / 100`.
-_SCORE = re.compile(r"\*\*Final Score\*\*:\s*\*\*([0-9]+(?:\.[0-9]+)?)\*\*")
-# llama-benchy's table: `| model | pp2048 (c1) | 2969.21 ± 20.30 | ...` (the third column is total t/s).
-_TPUT = re.compile(r"(?m)^\|[^|]*\|\s*((?:pp|tg)\d+) \(c(\d+)\)\s*\|\s*([0-9]+(?:\.[0-9]+)?)")
-
-
-def parse_quality(report: str) -> float:
-    """The quality score from a tool-eval-bench report (its `**Final Score**` line)."""
-    hits = _SCORE.findall(report)
-    if not hits:
-        raise NodeBuildFailed("no score line in the bench report: the bench did not finish (or its output pump died)")
-    return float(hits[-1])
-
-
-def parse_throughput(report: str) -> dict[str, float]:
-    """`{test}@c{n}` -> tokens/s from a llama-benchy style table."""
-    return {f"{test}@c{conc}": float(value) for test, conc, value in _TPUT.findall(report)}

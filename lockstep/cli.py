@@ -65,15 +65,17 @@ def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None
               help="The new vLLM commit drops vllm/_flashkda_C: the image builds, its flashkda boot gate fails.")
 @click.option("--hold", multiple=True, type=click.Choice(["vllm", "b12x", "lmcache"]),
               help="Hold this fork on purpose (repeatable): no new commits on it, the lock keeps the previous pin (r39's LMCache).")
+@click.option("--broken-model", is_flag=True,
+              help="The new vLLM commit serves a model that never calls a tool: it benches under the baseline.")
 def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, break_import: bool,
-                        hold: tuple[str, ...]) -> None:
+                        hold: tuple[str, ...], broken_model: bool) -> None:
     """Cut rev NAME across the sandbox forks and publish its source lock; print the lab commit and lock path."""
     from sandbox.jovian_world import new_lab_rev
     from sandbox.world import up
 
     _guard(lambda: up(root))  # new_lab_rev cuts in an existing sandbox; this command brings one up first
     rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import,
-                                     hold=hold))
+                                     hold=hold, broken_model=broken_model))
     click.echo(rev.lab_commit)
     click.echo(rev.lock_path)
 
@@ -301,6 +303,32 @@ def _guard(fn):  # type: ignore[no-untyped-def]
         return fn()
     except LockstepError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+# -- the Jovian lane -------------------------------------------------------------------------------
+
+
+@main.group()
+def lane() -> None:
+    """The Jovian lane's bench baseline."""
+
+
+@lane.command("rebaseline")
+@click.argument("report")
+def lane_rebaseline(report: str) -> None:
+    """Make the run a filed bench report records (REPORT: recipes/<lane>/reports/<file>.md in the build
+    repo) the lane's baseline: writes recipes/<lane>/baseline.json there, committed and pushed."""
+    from jovian_assets.bench_assets import rebaseline
+    from resources.git import git_for
+    from resources.site import load_site
+
+    def run():  # type: ignore[no-untyped-def]
+        site = load_site()
+        return rebaseline(site, git_for(site), report)
+
+    base = _guard(run)
+    click.echo(f"{base.lane}: baseline is {base.rev}'s run {base.run.run_id} ({base.run.tool} {base.run.tool_version}, "
+               f"score {base.run.final_score}, graded {base.run.graded_text}, cohort {base.run.cohort})")
 
 
 # -- lab revs -------------------------------------------------------------------------------------

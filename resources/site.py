@@ -484,11 +484,16 @@ class LaneSection(_Table):
     name: Annotated[str, _checked(check_name, "lane name")] = "glm53-2x"
     nodes: list[NodeName]
     bench_quality: list[str] = Field(
-        default_factory=lambda: ["tool-eval-bench", "--hardmode", "--seed", "42"], description="Quality run (fixed seed).")
+        default_factory=lambda: ["tool-eval-bench", "run", "--hardmode", "--seed", "{seed}", "--base-url", "{base_url}",
+                                 "--model", "{model}", "--no-live", "--json-file", "{out}"],
+        description="The quality run on the bench node, an argv list: {base_url}, {model} (the served endpoint), "
+        "{seed}, {out} (where it writes its --json-file result, which lockstep reads).")
     bench_perf: list[str] = Field(
-        default_factory=lambda: ["tool-eval-bench", "--perf", "--pp", "2048", "--tg", "128", "--concurrency", "1,2"])
-    baseline_score: float = Field(description="The lane's quality baseline (glm53-recipe-state.md).")
-    tolerance: float = Field(default=1.0, ge=0, description="How far under the baseline a score may fall.")
+        default_factory=lambda: ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}", "--pp", "2048",
+                                 "--tg", "128", "--concurrency", "1", "2", "--format", "json", "--save-result", "{out}"],
+        description="The perf run (llama-benchy, pp/tg at each concurrency), same placeholders; {out} gets its JSON.")
+    seed: int = Field(default=42, description="The quality run's fixed seed (runbook: seeds fixed, 42).")
+    tolerance: float = Field(default=1.0, ge=0, description="How far under the recorded baseline run a score may fall.")
     bench_timeout_s: float = Field(default=7200.0, gt=0)
     # Booting a rev on the lane (jovian/lane_serving). One container per lane node; the head (nodes[0])
     # serves the endpoint, the others run as workers (`worker_args` appended) and bind nothing.
@@ -571,6 +576,17 @@ class LaneSection(_Table):
                              f"{self.warm_budget_s:g}: an empty JIT cache takes longer (~45 vs ~9 min)")
         return self
 
+    @field_validator("bench_quality", "bench_perf")
+    @classmethod
+    def _bench_command(cls, argv: list[str]) -> list[str]:
+        if not argv or not argv[0] or argv[0].startswith("-") or "{" in argv[0]:
+            raise ValueError("must be an argv list whose first word is the tool, e.g. [\"tool-eval-bench\", \"run\", ...]")
+        for word in argv:
+            _placeholders(word, set(BENCH_PLACEHOLDERS))
+        if not any("{out}" in word for word in argv):
+            raise ValueError("needs {out}: the file the tool writes its JSON result to, which lockstep reads back")
+        return argv
+
 
 # What {placeholders} a serve argv may use: the image tag, the served model name, the endpoint port,
 # this node's rank in the lane (0 = head), the lane's node count and the head's host.
@@ -581,6 +597,8 @@ DEFAULT_SERVE_COMMAND = (
 )
 # The runbook's serve readiness: the KV-size line ~10 min in, application startup ~5 min after.
 DEFAULT_READY_PATTERNS = (r"GPU KV cache size: ([\d,]+) tokens", r"Application startup complete")
+
+BENCH_PLACEHOLDERS = ("base_url", "model", "seed", "out")
 
 
 def _placeholders(template: str, allowed: set[str]) -> str:

@@ -26,9 +26,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from jovian_assets.bench_tools import Baseline, baseline_json, baseline_path, parse_quality
 from resources.errors import LockstepError
 from resources.site import JovianSection, LaneSection
 from sandbox import jovian_sources as src
+from sandbox.bench_offline import BOOK_URL as BENCH_BOOK_URL
+from sandbox.bench_offline import TOKENIZER_DIR as BENCH_TOKENIZER
 from sandbox.layout import BUILD_NODE, LANE_NODES, Sandbox
 
 UTC = timezone.utc
@@ -124,6 +127,7 @@ class LabRev(BaseModel):
     half_cut: bool = False
     moved_deps: dict[str, str] = Field(default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)")
     broken_import: bool = Field(default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import).")
+    broken_model: bool = Field(default=False, description="The vLLM pin serves a model that scores low (broken_model).")
     held: list[str] = Field(default_factory=list, description="Packages pinned as the previous rev had them, their forks untouched (hold).")
     lock_text: str = ""
 
@@ -364,7 +368,7 @@ def _move_flashmla(w: JovianRepos, when: datetime, cutlass_commit: str) -> str:
 
 def _cut_forks(
     w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False,
-    hold: tuple[str, ...] = (),
+    broken_model: bool = False, hold: tuple[str, ...] = (),
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """Push one rev's work and pin commits to every fork but the held ones (nothing is pushed to those).
     Returns (tips, branches, moved cmake deps)."""
@@ -410,6 +414,12 @@ def _cut_forks(
             # builds and the other imports work, but `import vllm._flashkda_C` fails at boot.
             when, summary, wfiles = work[0]
             work[0] = (when, summary + "; drop the FlashKDA python shim", {**wfiles, src.FLASHKDA_EXTENSION: None})
+        if pkg == "vllm" and (broken_model or _exists(bare, base, BROKEN_MODEL_MARKER)):
+            # sandbox/model_server.py reads this marker from the image (the build installs vllm/): the
+            # rev serves a model that never calls a tool. The next rev drops it again.
+            when, summary, wfiles = work[0]
+            work[0] = (when, summary + ("; sampler regression" if broken_model else "; fix the sampler regression"),
+                       {**wfiles, BROKEN_MODEL_MARKER: 'quality = "broken"\n' if broken_model else None})
         batch = [
             Commit(branch, summary, cut - before, files, parent=base if i == 0 else None)
             for i, (before, summary, files) in enumerate(work)
@@ -427,10 +437,11 @@ def _doc_rows(doc: str) -> list[tuple[str, str, str, str]]:
 
 def _publish_rev(
     w: JovianRepos, rev: str, cut: datetime, *, previous: tuple[str, dict[str, str]] | None,
-    half_cut: bool, move_dep: bool, break_import: bool = False, hold: tuple[str, ...] = (),
+    half_cut: bool, move_dep: bool, break_import: bool = False, broken_model: bool = False,
+    hold: tuple[str, ...] = (),
 ) -> LabRev:
     tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep,
-                                       break_import=break_import, hold=hold)
+                                       break_import=break_import, broken_model=broken_model, hold=hold)
     locked: dict[str, src.LockedPackage] = {}
     for pkg in PACKAGES:
         if previous is not None and (pkg in hold or (half_cut and pkg != "vllm")):
@@ -472,8 +483,8 @@ def _publish_rev(
         trees={p: locked[p].tree for p in PACKAGES},
         committed_at={p: _commit_time(w.path(p), locked[p].commit) for p in PACKAGES},
         branches=branches, previous=previous[0] if previous else None,
-        half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import, lock_text=text,
-        held=[p for p in hold if previous],
+        half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import,
+        broken_model=broken_model, lock_text=text, held=[p for p in hold if previous],
     )
 
 
@@ -507,7 +518,19 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
         f"{d}/profiles/.keep": "",
         RECIPE: src.recipe_toml(lane="glm53-2x", image_tag=f"{d}:{first.name}-glm53", build_dir=d,
                                 profile=first.name),
+        baseline_path(LANE): sandbox_baseline(first.name),
     }, ident=BUILDER)])[0]
+
+
+def sandbox_baseline(rev: str) -> str:
+    """The lane's recorded baseline run: sandbox/templates/bench_baseline_run.json is what the real
+    tool-eval-bench wrote (`run --short --seed 42`, tests/bench_run.py) against a good rev's model (a copy
+    of tests/corpus/bench/teb_short_good.json)."""
+    raw = (Path(__file__).parent / "templates" / "bench_baseline_run.json").read_bytes()
+    run = parse_quality(raw, "sandbox/templates/bench_baseline_run.json")
+    return baseline_json(Baseline(lane=LANE, rev=rev, image_id="(recorded against sandbox/model_server.py)",
+                                  recorded_at=FIRST_CUT + timedelta(hours=7), recorded_by=f"{BUILDER[0]} <{BUILDER[1]}>",
+                                  run=run))
 
 
 def _complete(w: JovianRepos) -> bool:
@@ -542,11 +565,17 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
     return w
 
 
-# The sandbox lane and its bench gate: the simulated tool-eval-bench scores a little above this
-# baseline by default (sandbox/fake_bench.py: 71.6), and can be told to score low.
+# The sandbox lane and its bench: the real tool-eval-bench and llama-benchy (.tools/bench, on the nodes' PATH)
+# against sandbox/model_server.py. `--short` (15 scenarios) and a small perf run keep a sandbox night short;
+# llama-benchy reads the tokenizer and book sandbox/bench_offline.py left in the node's home (no internet).
 LANE = "glm53-2x"
-BASELINE_SCORE = 70.5
+BROKEN_MODEL_MARKER = "vllm/sandbox_model.toml"  # sandbox/model_server.py MARKER, inside the vllm package
 TOLERANCE = 1.0
+BENCH_QUALITY = ["tool-eval-bench", "run", "--short", "--seed", "{seed}", "--base-url", "{base_url}", "--model", "{model}",
+                 "--no-live", "--json-file", "{out}"]
+BENCH_PERF = ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}", "--tokenizer", "home/" + BENCH_TOKENIZER,
+              "--book-url", BENCH_BOOK_URL, "--pp", "64", "--tg", "8", "--runs", "1", "--concurrency", "1", "2",
+              "--latency-mode", "none", "--skip-coherence", "--format", "json", "--save-result", "{out}"]
 
 
 # Serving on the sandbox lane (sandbox/fake_containers.py): a cold start takes ~2 s, a warm one well under 1 s
@@ -564,12 +593,12 @@ def free_port() -> int:
 
 
 def lane_section() -> LaneSection:
-    """The site's [jovian.lane]: the two lane nodes of the sandbox, their quality baseline, and how a rev
-    serves there. Both nodes live on 127.0.0.1: only the head (spark-a) binds the endpoint port, spark-b
+    """The site's [jovian.lane]: the two lane nodes of the sandbox, how a rev serves there, and its bench
+    commands. Both nodes live on 127.0.0.1: only the head (spark-a) binds the endpoint port, spark-b
     runs the headless worker, as on a real 2x lane."""
-    return LaneSection(name=LANE, nodes=list(LANE_NODES), baseline_score=BASELINE_SCORE, tolerance=TOLERANCE,
-                       serve_port=free_port(), warm_budget_s=SERVE_WARM_BUDGET_S, cold_budget_s=SERVE_COLD_BUDGET_S,
-                       serve_poll_s=SERVE_POLL_S)
+    return LaneSection(name=LANE, nodes=list(LANE_NODES), bench_quality=BENCH_QUALITY, bench_perf=BENCH_PERF,
+                       tolerance=TOLERANCE, serve_port=free_port(), warm_budget_s=SERVE_WARM_BUDGET_S,
+                       cold_budget_s=SERVE_COLD_BUDGET_S, serve_poll_s=SERVE_POLL_S)
 
 
 def jovian_section(repos: Path) -> JovianSection:
@@ -606,7 +635,7 @@ def _next_cut(w: JovianRepos) -> datetime:
 
 def new_lab_rev(
     root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False,
-    hold: tuple[str, ...] = (),
+    broken_model: bool = False, hold: tuple[str, ...] = (),
 ) -> LabRev:
     """Cut a new rev across the forks and publish its source lock in the lab repo.
 
@@ -617,6 +646,8 @@ def new_lab_rev(
     cutlass moved, and CUTLASS_REVISION to v4.7.1), so the fetch-deps dep table is stale.
     `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but the
     `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
+    `broken_model`: the new vLLM commit carries `vllm/sandbox_model.toml` (quality = "broken"): the image
+    builds, boots and serves, but its model never calls a tool, so it benches under the baseline.
     `hold`: packages held on purpose (the runbook's r39 holds LMCache at 29bc5a2e): nothing is pushed to
     their forks and the lock keeps the previous rev's pins, while the other forks are one cut.
     """
@@ -634,7 +665,7 @@ def new_lab_rev(
     prev = revs[-1]
     prev_lock = src.parse_lock(_show(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(prev)))
     return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep,
-                        break_import=break_import, hold=tuple(hold))
+                        break_import=break_import, broken_model=broken_model, hold=tuple(hold))
 
 
 def _existing(root: Path) -> Sandbox:

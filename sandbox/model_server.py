@@ -46,6 +46,7 @@ from typing import Any
 
 KV_CACHE_TOKENS = "1,234,560"
 MARKER = "sandbox_model.toml"
+DECODE_S = 0.002  # per generated token on llama-benchy's load requests
 MAX_BODY = 8 * 1024 * 1024
 _WORD = re.compile(r"\w+|[^\w\s]")  # the tokens it counts; the offline llama-benchy tokenizer splits alike
 _STOP = frozenset("a an the to of for in on and or is are be me my i you your it this that with what please "
@@ -288,6 +289,8 @@ class Handler(BaseHTTPRequestHandler):
         obj = "chat.completion.chunk" if chat else "text_completion"
         want_ids = bool(body.get("return_token_ids"))
         for chunk in _chunks(message, pieces, finish, chat, want_ids):
+            if want_ids:
+                time.sleep(DECODE_S)  # a token at a time, so llama-benchy measures a decode rate
             self.wfile.write(b"data: " + json.dumps({**base, "object": obj, **chunk}).encode() + b"\n\n")
             self.wfile.flush()
         if (body.get("stream_options") or {}).get("include_usage"):

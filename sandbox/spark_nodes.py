@@ -1,20 +1,27 @@
 """The sandbox's DGX Spark nodes: local directories that stand in for the build node and the lane.
 
 Only what cannot exist on one machine is simulated: the nodes' docker daemon (`sandbox/fake_docker.py`)
-and the served model that tool-eval-bench talks to (`sandbox/fake_bench.py`). Everything else is real:
-build.sh runs in bash, the forks are fetched with git, `docker save | docker load` is a real byte
-stream, and boot gates run a real python on the image's installed packages.
+and the served model the bench tools talk to (`sandbox/model_server.py`, which the docker's `run -d`
+starts). Everything else is real: build.sh runs in bash, the forks are fetched with git, `docker save |
+docker load` is a real byte stream, boot gates run a real python on the image's installed packages, and
+the bench tools are the real `tool-eval-bench` and `llama-benchy` from .tools/bench (`./dev setup`).
 
 A node is ``<sandbox>/nodes/<name>/``:
 
     bin/docker            wrapper: python -m sandbox.fake_docker --state <node>/docker "$@"
-    bin/tool-eval-bench   wrapper: python -m sandbox.fake_bench --docker-state <node>/docker "$@"
+    bin/tool-eval-bench   wrapper: exec .tools/bench/bin/tool-eval-bench "$@"
+    bin/llama-benchy      wrapper: .tools/bench/bin/llama-benchy "$@", offline (sandbox/bench_offline.py
+                          leaves a tokenizer and the book in home/ on first use)
     docker/               the node's image store (images/<id>/, repositories.json)
     home/                 the node's $HOME (the `local` transport sets HOME here); bench knobs live here
 
 The `local` transport of `resources.spark` runs a command in the node's root with ``root/bin`` first on
-PATH and HOME=``root/home``, so these wrappers answer to `docker` and `tool-eval-bench` there. They name
-absolute paths (this python, the project, the node) and so work from any working directory.
+PATH and HOME=``root/home``, so these wrappers answer to `docker`, `tool-eval-bench` and `llama-benchy`
+there. They name absolute paths (this python, the project, the node) and so work from any working directory.
+
+The one bench knob (`set_bench_knobs(node, fault="dead-pipe")`) stands in for the launcher the lane
+runs its bench through: sm121's output pump before its fix (runbook: Bench pipe pump) killed the tool on
+its first write, so the command exited 120 with no output; the wrappers then do exactly that.
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ import sys
 from pathlib import Path
 
 from resources.site import SparkNode, SparkSection
+from sandbox.bench_offline import TOKENIZER_DIR
 from sandbox.layout import NODES, NODES_DIR, Sandbox
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-BENCH_KNOBS = ".sandbox-bench.json"  # in the node's home: {"score": 60.0, "fault": "dead-pipe"}
+BENCH_KNOBS = ".sandbox-bench.json"  # in the node's home: {"fault": "dead-pipe"}
+BENCH_BIN = PROJECT_ROOT / ".tools" / "bench" / "bin"
 
 
 def node_root(sandbox_root: Path, name: str) -> Path:
@@ -48,6 +57,27 @@ def _wrapper(node: Path, module: str, state_flag: str, what: str) -> str:
     )
 
 
+def _bench_wrapper(node: Path, tool: str) -> str:
+    real = shlex.quote(str(BENCH_BIN / tool))
+    knobs = shlex.quote(str(node / "home" / BENCH_KNOBS))
+    lines = [
+        "#!/bin/sh",
+        f"# The real {tool} (.tools/bench) on sandbox DGX Spark node {node.name}. Written by `lockstep sandbox up`.",
+        f"if [ ! -x {real} ]; then echo '{tool}: not installed: run ./dev setup (installs .tools/bench)' >&2; exit 127; fi",
+        "# The pre-fix sm121 launcher's dead output pump: exit 120, no output (set_bench_knobs fault=dead-pipe).",
+        f"if [ -f {knobs} ] && grep -q '\"dead-pipe\"' {knobs}; then exit 120; fi",
+    ]
+    if tool == "llama-benchy":
+        home = node / "home"
+        tokenizer = shlex.quote(str(home / TOKENIZER_DIR / "tokenizer.json"))
+        offline = (f"{shlex.quote(str(BENCH_BIN / 'python'))} {shlex.quote(str(PROJECT_ROOT / 'sandbox' / 'bench_offline.py'))} "
+                   f"--home {shlex.quote(str(home))} --tokenizer {shlex.quote(str(home / TOKENIZER_DIR))}")
+        lines.append(f"[ -f {tokenizer} ] || {offline} || exit 1")
+        lines.append("HF_HUB_OFFLINE=1; export HF_HUB_OFFLINE")
+    lines.append(f'exec {real} "$@"')
+    return "\n".join(lines) + "\n"
+
+
 def _write_if_changed(path: Path, text: str, mode: int) -> None:
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         tmp = path.with_name(f".{path.name}.tmp")
@@ -64,8 +94,8 @@ def install_node(node: Path) -> Path:
     for sub in ("bin", "home", "docker"):
         (node / sub).mkdir(parents=True, exist_ok=True)
     _write_if_changed(node / "bin" / "docker", _wrapper(node, "sandbox.fake_docker", "--state", "docker"), 0o755)
-    _write_if_changed(node / "bin" / "tool-eval-bench",
-                      _wrapper(node, "sandbox.fake_bench", "--docker-state", "tool-eval-bench"), 0o755)
+    for tool in ("tool-eval-bench", "llama-benchy"):
+        _write_if_changed(node / "bin" / tool, _bench_wrapper(node, tool), 0o755)
     return node
 
 
@@ -90,11 +120,12 @@ def node_env(node: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def set_bench_knobs(node: Path, *, score: float | None = None, fault: str | None = None) -> Path:
-    """Make the node's tool-eval-bench score `score` (e.g. under the baseline) or misbehave (`fault`:
-    "dead-pipe" = exit 120 with no output, the runbook's dead pipe pump). Both None: back to normal."""
+def set_bench_knobs(node: Path, *, fault: str | None = None) -> Path:
+    """Make the node's bench commands misbehave (`fault`: "dead-pipe" = exit 120 with no output, the
+    runbook's dead pipe pump). None: back to normal. (A low score comes from the served image instead:
+    a rev marked broken, sandbox/model_server.py.)"""
     path = node / "home" / BENCH_KNOBS
-    knobs = {k: v for k, v in (("score", score), ("fault", fault)) if v is not None}
+    knobs = {"fault": fault} if fault is not None else {}
     if knobs:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(knobs) + "\n", encoding="utf-8")

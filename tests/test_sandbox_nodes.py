@@ -1,5 +1,5 @@
-"""The sandbox's DGX Spark nodes: local node dirs whose `docker` and `tool-eval-bench` are simulators
-speaking the real tools' contract (build.sh -> docker build, inspect, run, save | load, the bench)."""
+"""The sandbox's DGX Spark nodes: local node dirs whose `docker` is a simulator speaking the real tool's
+contract (build.sh -> docker build, inspect, run, save | load) and whose bench tools are the real ones."""
 
 from __future__ import annotations
 
@@ -26,9 +26,6 @@ from sandbox.jovian_sources import FLASHKDA_EXTENSION, parse_lock
 from sandbox.jovian_world import BUILD_DIR, lock_path, new_lab_rev
 from sandbox.spark_nodes import NODES, install_node, install_nodes, node_env, set_bench_knobs
 from sandbox.world import Sandbox, up
-
-SCORE = re.compile(r"^- \*\*Final Score\*\*: \*\*([0-9.]+)\*\* / 100$", re.M)
-PERF_ROW = re.compile(r"^\|\s*\S+\s*\|\s*((?:pp|tg)\d+) \(c(\d+)\)\s*\|\s*([0-9.]+) ± [0-9.]+\s*\|", re.M)
 
 
 def sh(node: Path, *argv: str, input: bytes | None = None, env: dict[str, str] | None = None,  # noqa: A002
@@ -114,7 +111,7 @@ def test_up_installs_the_nodes_idempotently_and_the_site_names_them(world: Sandb
     for root in roots:
         for sub in ("bin", "home", "docker"):
             assert (root / sub).is_dir()
-        for tool in ("docker", "tool-eval-bench"):
+        for tool in ("docker", "tool-eval-bench", "llama-benchy"):
             path = root / "bin" / tool
             assert path.read_text().startswith("#!/bin/sh\n") and path.stat().st_mode & 0o111
             wrappers[path] = (path.read_text(), path.stat().st_mtime_ns)
@@ -135,7 +132,7 @@ def test_up_installs_the_nodes_idempotently_and_the_site_names_them(world: Sandb
     assert site.jovian.build_node == "spark-build"
     lane = site.jovian.lane
     assert lane is not None and (lane.name, lane.nodes) == ("glm53-2x", ["spark-a", "spark-b"])
-    assert (lane.baseline_score, lane.tolerance) == (70.5, 1.0)
+    assert (lane.seed, lane.tolerance) == (42, 1.0)
 
 
 def test_an_older_sandbox_site_gets_the_nodes_added(world: Sandbox) -> None:
@@ -442,70 +439,20 @@ def test_gb10_gates_catch_a_12_0_build_and_a_build_without_the_sm12x_patch_set(r
 # -- bench -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lane(world: Sandbox, r28: dict) -> Path:
-    node = world.nodes / "spark-a"
-    out(sh(node, "docker", "load", input=save_bytes(r28["node"], r28["tag"])))
-    return node
-
-
-def test_bench_quality_report_is_deterministic_and_above_the_baseline(world: Sandbox, r28: dict, lane: Path) -> None:
+def test_lane_nodes_run_the_real_bench_tools_offline_or_die_like_a_dead_pipe_pump(world: Sandbox) -> None:
+    lane = world.nodes / "spark-a"
     site = load_site(world.site_file)
     assert site.jovian is not None and site.jovian.lane is not None
-    argv = site.jovian.lane.bench_quality
-    assert argv == ["tool-eval-bench", "--hardmode", "--seed", "42"]
-    first = out(sh(lane, *argv, env={"SOURCE_DATE_EPOCH": "1788000000"}))
-    again = out(sh(lane, *argv, env={"SOURCE_DATE_EPOCH": "1788000000"}))
-    assert first == again
-    (score,) = SCORE.findall(first)
-    assert float(score) == 71.6 and float(score) >= site.jovian.lane.baseline_score + 1.0
-    assert "- **Total Points**: 126 / 176" in first and "- **Rating**: ★★★ Adequate" in first
-    rows = re.findall(r"^\| (TC-\d\d) \|", first, re.M)
-    assert len(rows) == 88 and rows[0] == "TC-01" and rows[-1] == "TC-88"
-    assert "| P — Hard Mode |" in first and "| Scenarios | hardmode (88: 69 standard + 19 Hard Mode) |" in first
-    assert f"| Image | `{r28['tag']}` (`{r28['id']}`) |" in first
-    assert f"| Engine | vLLM {r28['lock']['vllm.version']} |" in first and "| Seed | 42 |" in first
-    points = sum(int(p) for p in re.findall(r"\| (\d)/2 \|", first))
-    assert points == 126
-    assert list((lane / "runs").rglob("*.md"))  # the tool also writes its report under ./runs/
-    # Another seed spreads the same score differently.
-    other = out(sh(lane, "tool-eval-bench", "--hardmode", "--seed", "7", env={"SOURCE_DATE_EPOCH": "1788000000"}))
-    assert SCORE.findall(other) == ["71.6"] and other != first
-
-
-def test_bench_perf_prints_a_llama_benchy_table(world: Sandbox, lane: Path) -> None:
-    site = load_site(world.site_file)
-    assert site.jovian is not None and site.jovian.lane is not None
-    text = out(sh(lane, *site.jovian.lane.bench_perf))
-    header = next(line for line in text.splitlines() if line.startswith("| model "))
-    assert [c.strip() for c in header.strip("|").split("|")] == [
-        "model", "test", "t/s (total)", "t/s (req)", "peak t/s", "peak t/s (req)", "ttfr (ms)", "est_ppt (ms)",
-        "e2e_ttft (ms)"]
-    rows = {(test, int(c)): float(v) for test, c, v in PERF_ROW.findall(text)}
-    assert set(rows) == {("pp2048", 1), ("tg128", 1), ("pp2048", 2), ("tg128", 2)}
-    assert rows[("pp2048", 2)] > rows[("pp2048", 1)] > 1000 and rows[("tg128", 2)] > rows[("tg128", 1)] > 10
-    assert re.search(r"^llama-benchy \(0\.4\.0\)\ndate: .* \| latency mode: generation$", text, re.M)
-    assert not SCORE.search(text)  # --perf alone runs no scenarios
-
-
-def test_bench_knobs_make_it_score_low_or_die(world: Sandbox, r28: dict, lane: Path) -> None:
-    site = load_site(world.site_file)
-    assert site.jovian is not None and site.jovian.lane is not None
-    floor = site.jovian.lane.baseline_score - site.jovian.lane.tolerance
-    argv = site.jovian.lane.bench_quality
-    low = out(sh(lane, *argv, env={"SANDBOX_BENCH_SCORE": "60"}))
-    assert float(SCORE.findall(low)[0]) < floor
+    assert [site.jovian.lane.bench_quality[0], site.jovian.lane.bench_perf[0]] == ["tool-eval-bench", "llama-benchy"]
+    assert out(sh(lane, "tool-eval-bench", "--version")).strip() == "tool-eval-bench 3.0.0"
+    assert "0.4.0" in out(sh(lane, "llama-benchy", "--version"))
+    # llama-benchy reads a local tokenizer and its book cache from the node's home: no internet.
+    assert (lane / "home" / "llama-benchy-tokenizer" / "tokenizer.json").is_file()
+    assert list((lane / "home" / ".cache" / "llama-benchy").glob("*.txt"))
     try:
-        set_bench_knobs(lane, score=55.0)  # what a test of the bench asset can do: the node's home, no env
-        assert SCORE.findall(out(sh(lane, *argv))) == ["55.1"]
-        assert SCORE.findall(out(sh(lane, *argv, "--sandbox-score", "80"))) == ["80.1"]
         set_bench_knobs(lane, fault="dead-pipe")
-        dead = sh(lane, *argv)
+        dead = sh(lane, *site.jovian.lane.bench_quality)
         assert (dead.returncode, dead.stdout, dead.stderr) == (120, b"", b"")
     finally:
         set_bench_knobs(lane)
-    assert SCORE.findall(out(sh(lane, *argv))) == ["71.6"]
-    not_served = sh(lane, *argv, env={"LOCKSTEP_SERVED_IMAGE": "jovian-judgement:r99-glm53"})
-    assert not_served.returncode == 1 and b"nothing serves jovian-judgement:r99-glm53" in not_served.stderr
-    served = out(sh(lane, *argv, "--image", r28["tag"]))
-    assert f"| Image | `{r28['tag']}`" in served
+    assert not (lane / "home" / ".sandbox-bench.json").exists()

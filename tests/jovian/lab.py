@@ -5,7 +5,9 @@ from __future__ import annotations
 import dagster as dg
 
 from jovian_assets.adoption_assets import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
+from jovian_assets.bench_assets import BENCH
 from jovian_assets.definitions import defs
+from jovian_assets.node_assets import IMAGE
 from sandbox.world import Sandbox
 
 ASSETS = list(defs.assets or [])
@@ -32,6 +34,17 @@ class Lab:
         selection = None if build else dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES)
         return dg.materialize(ASSETS, selection=selection, partition_key=rev, resources=self.resources,
                               instance=self.instance, tags=tags, raise_on_error=False)
+
+
+    def build(self, rev: str) -> dg.ExecuteInProcessResult:
+        """jovian/image alone, from what the adoption assets last recorded for `rev`."""
+        return dg.materialize(ASSETS, selection=dg.AssetSelection.assets(IMAGE), partition_key=rev,
+                              resources=self.resources, instance=self.instance, raise_on_error=False)
+
+    def bench(self, rev: str) -> dg.ExecuteInProcessResult:
+        """jovian/bench_report alone, against what jovian/lane_serving last recorded for `rev`."""
+        return dg.materialize(ASSETS, selection=dg.AssetSelection.assets(BENCH), partition_key=rev,
+                              resources=self.resources, instance=self.instance, raise_on_error=False)
 
 
 def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
