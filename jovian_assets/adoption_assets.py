@@ -29,7 +29,8 @@ from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
 from resources.names import NameRefused, check_name
 from resources.secrets import redact
-from resources.site import JovianSection, SiteResource
+from resources.site import SiteResource
+from resources.site_jovian import JovianSection
 
 SOURCE_LOCK = dg.AssetKey(["jovian", "source_lock"])
 FORK_CUT = dg.AssetKey(["jovian", "fork_cut"])

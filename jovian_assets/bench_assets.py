@@ -34,7 +34,8 @@ from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.names import NameRefused, check_relative_path
-from resources.site import LaneSection, SiteConfig, SiteResource
+from resources.site import SiteConfig, SiteResource
+from resources.site_jovian import LaneSection
 from resources.spark import SparkNodes
 
 BENCH = dg.AssetKey(["jovian", "bench_report"])

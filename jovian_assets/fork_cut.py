@@ -27,7 +27,7 @@ from jovian_assets.source_lock import LockedPackage
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
-from resources.site import JovianSection, rev_order
+from resources.site_jovian import JovianSection, rev_order
 
 TREES_MATCH = "trees_match"
 PINS_REACHABLE = "pins_reachable"

@@ -36,7 +36,8 @@ from jovian_assets.models import LaneServing, ServedImage
 from resources.errors import LockstepError
 from resources.names import NameRefused, check_name
 from resources.secrets import redact, secret_values
-from resources.site import LaneSection, SiteConfig
+from resources.site import SiteConfig
+from resources.site_jovian import LaneSection
 from resources.site_rules import check_local_image_tag
 from resources.spark import SparkNodes
 

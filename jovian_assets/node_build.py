@@ -20,7 +20,7 @@ from jovian_assets.models import Finding
 from jovian_assets.source_lock import SourceLock
 from resources.errors import LockstepError
 from resources.names import under
-from resources.site import BootGate
+from resources.site_jovian import BootGate
 from resources.spark import DetachedHandle, SparkError, SparkNodes
 
 # The label `sm121 build` stamps, and lockstep too (through build.sh's BUILD_DIR_CHECKSUM): one label,

@@ -10,7 +10,7 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.names import NameRefused, check_name
 from resources.secrets import redact
-from resources.site import JovianSection
+from resources.site_jovian import JovianSection
 
 LAB_COMMIT_TAG = "lockstep/lab_commit"  # set by lab_rev_sensor: the lab commit a run adopts from
 

@@ -29,7 +29,8 @@ from jovian_assets.models import LaneServing
 from jovian_assets.node_assets import DISTRIBUTED
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
-from resources.site import DEFAULT_READY_PATTERNS, SiteResource, load_site
+from resources.site import SiteResource, load_site
+from resources.site_jovian import DEFAULT_READY_PATTERNS
 from resources.spark import SparkNodes
 from sandbox.fake_containers import set_serve_knobs, stop_all
 from sandbox.spark_nodes import node_env
