@@ -168,26 +168,31 @@ def _json_path(loc: tuple[Any, ...]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
 
 
-def _load(raw: bytes, path: str, model: type[BaseModel], tool: str) -> Any:
-    if not raw.strip():
-        raise BenchOutputError(path, None, f"{tool} wrote nothing here: the run did not finish (a dead pipe pump, "
-                                           "or the tool died before writing its result)")
+def _json_doc(raw: bytes, path: str, error: type[FileFormatError], hint: str) -> Any:
     text = decode_utf8(raw, path)
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BenchOutputError(path, exc.lineno, f"not JSON ({exc.msg} at column {exc.colno}): {tool}'s output "
-                                                 "is garbled or cut short") from None
-    if isinstance(doc, dict) and set(doc) <= {"error", "json_file"} and "error" in doc:
-        raise BenchOutputError(path, None, f"{tool} reported a failed run: {redact(str(doc['error']))[:500]}")
+        raise error(path, exc.lineno, f"not JSON ({exc.msg} at column {exc.colno}): {hint}") from None
+
+
+def _validated(model: type[BaseModel], doc: Any, path: str, error: type[FileFormatError], hint: str) -> Any:
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = _json_path(tuple(err["loc"]))
         shown = "" if err["type"] == "missing" else f" (got {redact(repr(err.get('input')))[:200]})"
-        raise BenchOutputError(path, None, f"{where}: {err['msg']}{shown}: not the {tool} output shape "
-                                           "lockstep reads") from None
+        raise error(path, None, f"{_json_path(tuple(err['loc']))}: {err['msg']}{shown}{hint}") from None
+
+
+def _load(raw: bytes, path: str, model: type[BaseModel], tool: str) -> Any:
+    if not raw.strip():
+        raise BenchOutputError(path, None, f"{tool} wrote nothing here: the run did not finish (a dead pipe pump, "
+                                           "or the tool died before writing its result)")
+    doc = _json_doc(raw, path, BenchOutputError, f"{tool}'s output is garbled or cut short")
+    if isinstance(doc, dict) and set(doc) <= {"error", "json_file"} and "error" in doc:
+        raise BenchOutputError(path, None, f"{tool} reported a failed run: {redact(str(doc['error']))[:500]}")
+    return _validated(model, doc, path, BenchOutputError, f": not the {tool} output shape lockstep reads")
 
 
 def cohort_of(config: dict[str, Any], tool_version: str, git_sha: str | None) -> str:
@@ -265,18 +270,8 @@ def baseline_path(lane: str) -> str:
 
 
 def parse_baseline(raw: bytes, path: str) -> Baseline:
-    text = decode_utf8(raw, path)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(path, exc.lineno, f"not JSON ({exc.msg}): record it again with `lockstep lane "
-                                                "rebaseline REPORT`") from None
-    try:
-        return Baseline.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        shown = "" if err["type"] == "missing" else f" (got {redact(repr(err.get('input')))[:200]})"
-        raise FileFormatError(path, None, f"{_json_path(tuple(err['loc']))}: {err['msg']}{shown}") from None
+    doc = _json_doc(raw, path, FileFormatError, "record it again with `lockstep lane rebaseline REPORT`")
+    return _validated(Baseline, doc, path, FileFormatError, "")
 
 
 def baseline_json(baseline: Baseline) -> str:

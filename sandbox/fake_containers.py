@@ -272,9 +272,13 @@ def set_serve_knobs(node: Path, *, fault: str | None = None, image: str | None =
                     cold_s: tuple[float, float] | None = None, warm_s: tuple[float, float] | None = None) -> Path:
     """Make the node's served model crash at start (`fault="exit"`), never get ready (`"hang"`) — only
     for image ID `image` when given — or take other delays. All None: back to normal."""
-    path = node / "home" / SERVE_KNOBS
     knobs = {k: v for k, v in (("fault", fault), ("image", image), ("cold_s", cold_s), ("warm_s", warm_s))
              if v is not None}
+    return write_knobs(node / "home" / SERVE_KNOBS, knobs)
+
+
+def write_knobs(path: Path, knobs: dict[str, Any]) -> Path:
+    """A sandbox node's knobs file: written when any knob is set, removed when none is (back to normal)."""
     if knobs:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(knobs) + "\n", encoding="utf-8")

@@ -628,6 +628,15 @@ def render_format(template: str, doc: Any) -> str:
     return re.sub(r"\{\{(.*?)\}\}", one, template)
 
 
+def _print_docs(docs: list[dict[str, Any]], fmt: str | None) -> None:
+    """What `inspect` prints on stdout: one `--format` rendering per object, else one JSON array."""
+    if fmt is not None:
+        for doc in docs:
+            print(render_format(fmt, doc))
+    else:
+        print(json.dumps(docs, indent=4))
+
+
 def inspect(store: Store, refs: list[str], fmt: str | None) -> int:
     if not refs:
         _err('"docker image inspect" requires at least 1 argument.')
@@ -638,11 +647,7 @@ def inspect(store: Store, refs: list[str], fmt: str | None) -> int:
             missing.append(ref)
         else:
             docs.append(inspect_doc(store, image_id))
-    if fmt is not None:
-        for doc in docs:
-            print(render_format(fmt, doc))
-    else:
-        print(json.dumps(docs, indent=4))
+    _print_docs(docs, fmt)
     for ref in missing:
         print(f"Error: No such image: {ref}", file=sys.stderr)
     return 1 if missing else 0
@@ -663,11 +668,7 @@ def inspect_containers(store: Store, refs: list[str], fmt: str | None, *, images
             docs.append(inspect_doc(store, image_id))
         else:
             missing.append(ref)
-    if fmt is not None:
-        for doc in docs:
-            print(render_format(fmt, doc))
-    else:
-        print(json.dumps(docs, indent=4))
+    _print_docs(docs, fmt)
     for ref in missing:
         print(f"Error: No such {'object' if images_too else 'container'}: {ref}", file=sys.stderr)
     return 1 if missing else 0

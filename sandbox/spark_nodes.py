@@ -26,7 +26,6 @@ its first write, so the command exited 120 with no output; the wrappers then do 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from resources.site import SparkNode, SparkSection
 from sandbox.bench_offline import TOKENIZER_DIR
+from sandbox.fake_containers import write_knobs
 from sandbox.layout import NODES, NODES_DIR, Sandbox
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -124,11 +124,4 @@ def set_bench_knobs(node: Path, *, fault: str | None = None) -> Path:
     """Make the node's bench commands misbehave (`fault`: "dead-pipe" = exit 120 with no output, the
     runbook's dead pipe pump). None: back to normal. (A low score comes from the served image instead:
     a rev marked broken, sandbox/model_server.py.)"""
-    path = node / "home" / BENCH_KNOBS
-    knobs = {"fault": fault} if fault is not None else {}
-    if knobs:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(knobs) + "\n", encoding="utf-8")
-    else:
-        path.unlink(missing_ok=True)
-    return path
+    return write_knobs(node / "home" / BENCH_KNOBS, {"fault": fault} if fault is not None else {})
