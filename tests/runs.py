@@ -90,7 +90,7 @@ class Pipeline:
 
     def gitsha(self, commit: str) -> str:
         """The tag's sha as a person's clone of the consumer prints it (`git rev-parse --short`)."""
-        return git.Repo(self.sb.consumer).git.rev_parse("--short", commit)
+        return git.Repo(self.sb.consumer).git.rev_parse("--short", commit, kill_after_timeout=60)
 
     def pinned(self, commit: str) -> str | None:
         return self.registry.resolve(repository=self.repository, reference=f"tpu-{self.gitsha(commit)}")

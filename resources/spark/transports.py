@@ -244,41 +244,76 @@ class _SshStream(_Stream):
 
 
 class _LocalStream(_Stream):
+    """A local process's pipes, read and written by other threads (drains, feeders).
+
+    `close()` must not free an fd while such a thread is in select() or read() on it: the number is
+    reused by the next pipe this process opens (a git subprocess's, say), and a select() sleeping on a
+    reused write end holds that pipe open, so its reader never sees EOF and hangs. So every use of an
+    fd is counted, `close()` wakes the users through a pipe of its own and waits for them to leave."""
+
+    _CLOSE_WAIT_S = 5.0
+
     def __init__(self, proc: subprocess.Popen[bytes], timeout_s: float | None) -> None:
         self.proc = proc
         self.timeout_s = timeout_s
         assert proc.stdin and proc.stdout and proc.stderr
         self._in = proc.stdin.fileno()
         os.set_blocking(self._in, False)
+        self._wake_r, self._wake_w = os.pipe()
+        self._users: dict[int, int] = {}  # fd -> threads in a syscall on it
+        self._closing = False
+        self._idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def _using(self, pipe: Any) -> Any:
+        with self._idle:
+            if self._closing or pipe is None or pipe.closed:
+                raise _Closed()
+            fd = pipe.fileno()
+            self._users[fd] = self._users.get(fd, 0) + 1
+        try:
+            yield fd
+        finally:
+            with self._idle:
+                self._users[fd] -= 1
+                self._idle.notify_all()
 
     def _ready(self, fd: int, *, write: bool = False) -> None:
-        r, w, _ = select.select([] if write else [fd], [fd] if write else [], [], self.timeout_s)
+        r, w, _ = select.select([self._wake_r] if write else [fd, self._wake_r], [fd] if write else [], [],
+                                self.timeout_s)  # fmt: skip
+        if self._wake_r in r:
+            raise _Closed()
         if not (r or w):
             raise TimeoutError
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         sent = 0
-        while sent < len(view):
-            self._ready(self._in, write=True)
-            try:
-                sent += os.write(self._in, view[sent : sent + (1 << 20)])
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, ValueError, OSError) as exc:
-                raise _Closed() from exc
+        with self._using(self.proc.stdin) as fd:
+            while sent < len(view):
+                self._ready(fd, write=True)
+                try:
+                    sent += os.write(fd, view[sent : sent + (1 << 20)])
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, ValueError, OSError) as exc:
+                    raise _Closed() from exc
 
     def close_stdin(self) -> None:
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin
-            self.proc.stdin.close()
+        assert self.proc.stdin
+        with self._idle:  # not while a feeder is writing to it (the feeder calls this when it is done)
+            if self._idle.wait_for(lambda: not self._users.get(self._in), self._CLOSE_WAIT_S):
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
 
     def _read(self, pipe: Any, n: int) -> bytes:
-        fd = pipe.fileno()
-        self._ready(fd)
         try:
-            return os.read(fd, n)
-        except OSError:
+            with self._using(pipe) as fd:
+                self._ready(fd)
+                return os.read(fd, n)
+        except TimeoutError:
+            raise
+        except (_Closed, OSError):
             return b""
 
     def read(self, n: int) -> bytes:
@@ -302,10 +337,19 @@ class _LocalStream(_Stream):
 
     def close(self) -> None:
         self.abort()
+        with self._idle:
+            if self._closing:
+                return
+            self._closing = True
+            os.write(self._wake_w, b"x")
+            if not self._idle.wait_for(lambda: not any(self._users.values()), self._CLOSE_WAIT_S):
+                return  # a thread is stuck in a syscall on them: leak the fds rather than hand their numbers on
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError):
                 if pipe:
                     pipe.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
 

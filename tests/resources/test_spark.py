@@ -194,6 +194,28 @@ def test_hostile_names_are_names_never_commands(spark: SparkNodes, tmp_path: Pat
     assert not touched[0].exists()
 
 
+def test_a_background_child_holding_stderr_leaves_no_thread_on_the_freed_pipes(tmp_path: Path) -> None:
+    """`docker run -d`-like commands leave a child holding stderr. The run still ends, and no reader is left
+    in select() on its fds: their numbers go to the next pipes this process opens, and a select() asleep
+    on a reused write end keeps that pipe open, so e.g. a git subprocess's reader never sees EOF (the
+    canary test's 556 s hang in `git rev-parse` before this was fixed)."""
+    spark = local_nodes(tmp_path / "nodes")
+    before = set(threading.enumerate())
+    result = spark.run(node="n1", argv=["sh", "-c", "sleep 30 >&2 & echo $!"])
+    child = int(result.stdout)
+    try:
+        deadline = time.monotonic() + 5
+        while (left := [t for t in threading.enumerate() if t not in before and t.is_alive()]) and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert left == [], f"threads still on the closed command's pipes: {left}"
+        for _ in range(20):  # the freed fd numbers are reused by these pipes; each must see EOF
+            subprocess.run(["git", "--version"], capture_output=True, timeout=10, check=True)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        spark.close()
+
+
 def test_unknown_node_lists_the_known_ones(spark: SparkNodes) -> None:
     with pytest.raises(SparkError, match=r"no \[\[spark.nodes\]\] entry named 'spark9'.*n1, n2, n3"):
         spark.run(node="spark9", argv=["true"])
