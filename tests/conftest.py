@@ -110,10 +110,36 @@ def push_consumer(push_repo: Callable[..., str]) -> Callable[..., str]:
     return push
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked `heavy` (minutes each: a browser, the daemon, the real iris controller) run first, so
+    `-n` workers start on them and the quick modules fill in around them."""
+    def weight(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("heavy")
+        return -float(mark.args[0]) if mark else 0.0
+
+    items.sort(key=weight)  # stable, one weight per module: each module's tests stay together, in order
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand the counts to the controller, which prints the summary."""
+    from tests.report import COUNTS
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["lockstep_counts"] = dict(COUNTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    from tests.report import COUNTS
+
+    COUNTS.update(getattr(node, "workeroutput", {}).get("lockstep_counts", {}))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     from tests.report import COUNTS
 
-    if COUNTS:
+    if COUNTS and not hasattr(terminalreporter.config, "workeroutput"):
         terminalreporter.section("lockstep: inputs tried")
         for what, n in sorted(COUNTS.items()):
             terminalreporter.write_line(f"{what}: {n}")

@@ -16,6 +16,8 @@ from sandbox.world import Sandbox, advance_harbor
 from tests.conftest import remote_file, remote_head
 from tpu_assets.definitions import defs as tpu_defs
 
+pytestmark = pytest.mark.heavy(50)  # seconds, about: the order parallel workers take modules in
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -81,6 +83,7 @@ OWNERS_OF_EVERY_ASSET = """
 import json
 from jovian_assets.definitions import defs as j
 from tpu_assets.definitions import defs as t
+
 print(json.dumps({k.to_user_string(): d.get_repository_def().asset_graph.get(k).owners
                   for d in (t, j) for k in d.get_repository_def().asset_graph.get_all_asset_keys()}))
 """

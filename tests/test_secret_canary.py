@@ -58,6 +58,8 @@ from tests.runs import Pipeline, failure_message, metadata
 from tests.sshd_server import SshdServer, running_sshd
 from tpu_assets.definitions import tpu_resources
 
+pytestmark = pytest.mark.heavy(100)  # seconds, about: the order parallel workers take modules in
+
 REGISTRY_TOKEN_ENV = "LOCKSTEP_CANARY_REGISTRY_TOKEN"
 PASSPHRASE_ENV = "LOCKSTEP_CANARY_SSH_PASSPHRASE"
 REGISTRY_USER = "lockstep-reader"

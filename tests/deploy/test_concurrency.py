@@ -33,6 +33,8 @@ from tests.postgres_server import PostgresServer
 from tests.runs import Pipeline, failure_message
 from tests.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
 
+pytestmark = pytest.mark.heavy(350)  # seconds, about: the order parallel workers take modules in
+
 DEMO_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"
 RUN_TIMEOUT_S = 300.0
 

@@ -27,6 +27,8 @@ from tests.postgres_server import PgDatabase, PostgresServer
 from tests.runs import Pipeline, failure_message
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 
+pytestmark = pytest.mark.heavy(60)  # seconds, about: the order parallel workers take modules in
+
 POSTGRES_STORAGE = {"run_storage": "PostgresRunStorage", "event_log_storage": "PostgresEventLogStorage",
                     "schedule_storage": "PostgresScheduleStorage"}
 

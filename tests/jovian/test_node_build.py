@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import git
+import pytest
 
 from jovian_assets.bench_assets import BENCH
 from jovian_assets.bench_tools import BenchReport
@@ -14,6 +15,8 @@ from sandbox.jovian_world import BUILD_BRANCH, new_lab_rev
 from sandbox.spark_nodes import node_env, set_bench_knobs
 from tests.jovian.lab import Lab, checks, done, meta
 from tests.runs import failure_message
+
+pytestmark = pytest.mark.heavy(60)  # seconds, about: the order parallel workers take modules in
 
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
               "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}

@@ -29,6 +29,8 @@ import pytest
 from resources.iris import ClientTooOld, IrisCli, JobSpec, JobState, MissingCapability
 from tests.servers import log_tail, stop_process, wait_until_ready
 
+pytestmark = pytest.mark.heavy(150)  # seconds, about: the order parallel workers take modules in
+
 ROOT = Path(__file__).resolve().parents[2]
 REAL_IRIS = ROOT / ".tools" / "iris" / "bin" / "iris"
 LOCAL_YAML = ROOT / ".tools" / "iris" / "lib" / "python3.11" / "site-packages" / "iris" / "config" / "local.yaml"
@@ -36,6 +38,7 @@ SECRET = "ghp_realIrisContractTokenValue0123456789"
 FRESH_CLIENT = """\
 # Test-only: the client reports today's build date, so the controller's 14-day freshness gate lets it in.
 import datetime, os
+
 if os.environ.get("LOCKSTEP_TEST_FRESH_IRIS_CLIENT"):
     import iris._build_info as build_info
     build_info.BUILD_DATE = datetime.date.today().isoformat()

@@ -56,6 +56,8 @@ from tpu_assets.rollback import TagMove
 from tpu_assets.tag_lock import floating_tag_lock
 from tpu_assets.tag_log import log_disagreement
 
+pytestmark = pytest.mark.heavy(120)  # seconds, about: the order parallel workers take modules in
+
 ROOT = Path(__file__).resolve().parents[2]
 DAEMON_TIMEOUT_S = 180.0
 # The move alone: the WARN check on the image at the tag reads its layers; it is tested elsewhere.

@@ -35,6 +35,8 @@ from tests.runs import Pipeline, checks, failure_message, failure_metadata, mate
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
 
+pytestmark = pytest.mark.heavy(150)  # seconds, about: the order parallel workers take modules in
+
 
 @pytest.fixture
 def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Iterator[Pipeline]:

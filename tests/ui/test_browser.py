@@ -40,8 +40,10 @@ from resources.secrets import redact
 from resources.site import load_site
 from sandbox.jovian_world import JovianRepos
 from sandbox.world import CONSUMER_BRANCH, advance_harbor
-from tests.ui.dagster_dev import ROOT, Demo, demo  # noqa: F401  (`demo` is the fixture)
+from tests.ui.dagster_dev import ROOT, Demo
 from tpu_assets.definitions import defs as tpu_defs
+
+pytestmark = pytest.mark.heavy(400)  # seconds, about: the order parallel workers take modules in
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
