@@ -70,10 +70,18 @@ def test_nothing_before_and_unchanged_say_so() -> None:
     assert range_summary(CommitRange(repo="lmcache", base="c" * 40, target="c" * 40)) == "lmcache: unchanged at cccccccc"
 
 
+def _commit(up: Upstream, name: str, text: str) -> str:
+    (Path(up.work.working_dir) / name).write_text(text)
+    up.work.index.add([name])
+    return up.work.index.commit(f"edit {name} to {text}", author=git.Actor("u", "u@x"),
+                                committer=git.Actor("u", "u@x")).hexsha
+
+
 def test_commit_range_on_a_real_repository_forward_backward_and_diverged(tmp_path: Path) -> None:
     up = Upstream(tmp_path)
     base = up.commit("a.txt", "0")
-    shas = [up.commit("a.txt", str(i)) for i in range(1, 56)]  # 55 commits after base
+    shas = [_commit(up, "a.txt", str(i)) for i in range(1, 56)]  # 55 commits after base, pushed once
+    up.work.git.push(up.url, f"HEAD:refs/heads/{BRANCH}")
     remotes = GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=30, url_schemes=LOCAL)
 
     forward = commit_range(remotes, repo="harbor", url=up.url, base=base, target=shas[-1])
@@ -86,9 +94,7 @@ def test_commit_range_on_a_real_repository_forward_backward_and_diverged(tmp_pat
 
     # A rewritten branch: the target is a sibling of the base, so the move adds one and removes one.
     up.work.git.reset("--hard", shas[-2])
-    (Path(up.work.working_dir) / "b.txt").write_text("other")
-    up.work.index.add(["b.txt"])
-    sibling = up.work.index.commit("rewrite", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x")).hexsha
+    sibling = _commit(up, "b.txt", "other")
     up.work.git.push("--force", up.url, f"HEAD:refs/heads/{BRANCH}")
     both = commit_range(remotes, repo="harbor", url=up.url, base=shas[-1], target=sibling)
     assert [c.sha for c in both.added] == [sibling] and [c.sha for c in both.removed] == [shas[-1]]
