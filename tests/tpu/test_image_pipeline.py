@@ -32,6 +32,7 @@ from tests.conftest import remote_head, sandbox_resources
 from tests.registry_server import RegistryServer
 from tests.report import queue_fault
 from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
+from tpu_assets.changelog import baked_harbor
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
 
@@ -80,6 +81,8 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     first_move = p.tag("promote")
     assert first_move.success and p.floating() == p.pinned(b1)
     assert changelog(first_move) == [] and "nothing before" in str(metadata(first_move)["changelog_summary"])
+    # A digest with no verified record (a hand move onto :tpu) is compared by the harbor its layers installed.
+    assert baked_harbor(p.site, p.registry, digest=p.pinned(b1), verified=[]) == guard_fix
 
     export_fix = advance_harbor(p.sb.root)  # the fix a later rollback must keep
     b2 = p.relock()
