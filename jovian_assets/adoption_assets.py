@@ -15,6 +15,7 @@ from jovian_assets.fork_cut import (
     audit_package,
     collect_commits_after,
     findings,
+    fork_changelogs,
     holds,
     previous_lock,
     spread_minutes,
@@ -24,6 +25,7 @@ from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, F
 from jovian_assets.partitions import lab_revs
 from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement, render_profile
 from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
+from resources.changelog import changelog_metadata
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
@@ -134,7 +136,8 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
         "object cache, its tree compared with the lock's, its commit time read, and each integration "
         "branch's tip compared (ahead/behind). A pin unchanged since the lab's previous rev is a hold (reported) "
         "when its fork had no commits within the cut window of the moved pins. A half-cut rev (vLLM advanced, "
-        "b12x/LMCache left behind while their branches were cut) fails `one_cut` and nothing downstream runs."
+        "b12x/LMCache left behind while their branches were cut) fails `one_cut` and nothing downstream runs. "
+        "`changelog` lists each fork's commits between the previous rev's pin and this rev's."
     ),
 )
 def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
@@ -154,7 +157,8 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
         audit_package(git, lock.packages[name], jovian.integration_branches.get(name, "*"), earlier.get(name))
         for name in jovian.packages
     ])
-    collect_commits_after(git, cut, {name: lock.packages[name].repository for name in jovian.packages})
+    urls = {name: lock.packages[name].repository for name in jovian.packages}
+    collect_commits_after(git, cut, urls)
     cut.holds = holds(cut)
     results = findings(cut)
     spread = spread_minutes(cut)
@@ -170,6 +174,7 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
                        ["package", "commit", "committed_at", "tree ok", "error"]),
         "branches": _table([{"package": p.name, "branch": b.name, "tip": b.tip[:12], "ahead": b.ahead, "behind": b.behind}
                             for p in cut.packages for b in p.branches], ["package", "branch", "tip", "ahead", "behind"]),
+        **changelog_metadata(fork_changelogs(git, cut, urls)),
     })
     for name, finding in results.items():
         severity = dg.AssetCheckSeverity.WARN if name == NEWER_CUT else dg.AssetCheckSeverity.ERROR

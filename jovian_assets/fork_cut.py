@@ -24,6 +24,7 @@ from jovian_assets.models import (
 )
 from jovian_assets.revs import find_rev_lock, lab_locks
 from jovian_assets.source_lock import LockedPackage
+from resources.changelog import CommitRange, commit_range
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
@@ -98,6 +99,13 @@ def collect_commits_after(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -
                                                                  until=window[1])]
         except LockstepError as exc:
             pkg.error = str(exc)
+
+
+def fork_changelogs(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -> list[CommitRange]:
+    """Per fork, the commits between the previous rev's pin and this rev's: what adopting the rev adds
+    (and removes, for a pin moved back or a rewritten branch). A fork new in this rev has nothing to compare."""
+    return [commit_range(git, repo=p.name, url=urls[p.name], base=p.previous_commit, target=p.commit)
+            for p in cut.packages]
 
 
 def spread_minutes(cut: ForkCut) -> float | None:

@@ -230,6 +230,40 @@ def rollback_plan(must_contain: str, build: str) -> None:
     sys.exit(0 if result.ok else 1)
 
 
+@main.command("changelog")
+@click.argument("frm", metavar="FROM")
+@click.argument("to", metavar="TO")
+@click.option("--must-contain", default="", metavar="SHA", help="A harbor commit (the fix) to mark in the list.")
+def changelog(frm: str, to: str, must_contain: str) -> None:
+    """Print the harbor commits from FROM to TO: added when TO is ahead, removed when TO is behind (a
+    rollback), both for diverged histories; the first 50 each way, then a count. FROM and TO are sha
+    prefixes of a build (a tpu_builds partition: a consumer commit, read through its uv.lock pin) or of
+    a harbor commit. Reads git only; changes nothing."""
+    # Checked before the site, the instance or git is read: these become git revisions.
+    for hint, value in (("FROM", frm), ("TO", to), ("--must-contain", must_contain)):
+        if (value or hint != "--must-contain") and not _SHA_PREFIX.match(value):
+            raise click.BadParameter(
+                f"{value!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)", param_hint=hint
+            )
+
+    from resources.changelog import changelog_text
+    from resources.git import git_for
+    from resources.site import load_site
+    from tpu_assets.changelog import changelog_between, resolve_endpoint
+
+    def compare():  # type: ignore[no-untyped-def]
+        site = load_site()
+        git = git_for(site)
+        start, end = resolve_endpoint(site, git, frm, what="FROM"), resolve_endpoint(site, git, to, what="TO")
+        fix = git.resolve_commit(url=site.tpu.harbor_repo, rev=must_contain, branch=site.tpu.harbor_branch) \
+            if must_contain else None
+        return start, end, changelog_between(site, git, start, end), fix
+
+    start, end, found, fix = _guard(compare)
+    click.echo(f"{start.label} -> {end.label}")
+    click.echo(changelog_text([found], fix=fix))
+
+
 @main.command()
 @click.option("--iris-builds", default=4, show_default=True, help="Concurrent iris builds (the cluster's quota).")
 @click.option("--apply", is_flag=True, help="Set them on the instance at $DAGSTER_HOME (else: print the commands).")

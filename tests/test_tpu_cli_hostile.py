@@ -1,4 +1,4 @@
-"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`) refuses hostile arguments before it
+"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`, `changelog`) refuses hostile arguments before it
 reads the site, opens the instance or asks a registry or git anything."""
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ COMMANDS = {
     "image probes": lambda v: ["image", "probes", "--", v],
     "rollback --build": lambda v: ["rollback", "plan", f"--build={v}"],
     "rollback --must-contain": lambda v: ["rollback", "plan", f"--must-contain={v}"],
+    "changelog FROM": lambda v: ["changelog", "--", v, "abcd1234"],
+    "changelog TO": lambda v: ["changelog", "--", "abcd1234", v],
+    "changelog --must-contain": lambda v: ["changelog", f"--must-contain={v}", "abcd1234", "abcd5678"],
 }
 
 
@@ -57,7 +60,7 @@ def test_hostile_arguments_are_refused_before_anything_is_read(command: str, out
     for value in HOSTILE:
         if command == "image cat path" and value and "\n" not in value:
             continue  # a path inside an image is data read from its layers; only an empty or multi-line one is refused
-        if command.startswith("rollback") and not value:
+        if (command.startswith("rollback") or command.endswith("--must-contain")) and not value:
             continue  # an empty option is the default: no build / no required commit
         result = CliRunner().invoke(main, COMMANDS[command](value))
         assert result.exit_code != 0, (value, result.output)

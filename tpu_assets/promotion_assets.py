@@ -17,6 +17,7 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvLock
+from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
     FLOATING_TAG,
     VERIFIED_IMAGE,
@@ -42,7 +43,8 @@ from tpu_assets.tag_log import TagIntent, noted, records_after_write, unrecorded
 class FloatingTagConfig(dg.Config):
     action: Literal["promote", "rollback", "release_hold"] = Field(description="What to do with the floating tag.")
     build: str = Field(default="", description="promote/rollback: a tpu_builds partition (or its prefix); empty = choose.")
-    must_contain: str = Field(default="", description="rollback: a harbor commit the target must contain (the fix).")
+    must_contain: str = Field(default="", description=(
+        "rollback: a harbor commit the target must contain (the fix); promote and rollback: marked in the changelog."))
     note: str = Field(default="", description="Why, in a person's words; kept in the promotion log.")
     lock_timeout_s: float = Field(
         default=300.0,
@@ -63,7 +65,9 @@ class FloatingTagConfig(dg.Config):
         "rollback / release_hold, or observed for a move made outside lockstep) and the hold flag, so "
         "this asset's history is the promotion log. A move holds the floating-tag lock (Postgres advisory "
         "lock, or a file lock on a local instance) from its read to its record, logs its intent before the "
-        "registry write, and records what the re-read shows."
+        "registry write, and records what the re-read shows. Each move's `changelog` lists the harbor commits "
+        "between what the tag baked and what it bakes now (added by a promote, removed by a rollback), "
+        "`must_contain` marked."
     ),
 )
 def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, site: SiteResource, git: GitRemotes,
@@ -81,8 +85,9 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         current = registry.resolve(repository=repository, reference=tag)
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
         found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
+        verified = verified_history(context.instance)
         try:
-            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
+            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
                                           logged=tag_history(context.instance), found=found, current=current,
                                           build=config.build, must_contain=config.must_contain)
         except Exception:  # refused (or git failed): what the registry showed is still recorded
@@ -91,6 +96,9 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
             raise
         if plan_text:
             context.log.info(plan_text)
+        # Before the intent and the PUT: listing commits never stands between a write and its record.
+        changes = {} if move is None else move_changelog(cfg, git, registry, move=move, verified=verified,
+                                                         must_contain=config.must_contain)
         if move is None:  # the tag already is where this action leads, and the records found say how
             *before, last = found
             for outside in before:
@@ -111,7 +119,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         # (tests/tpu/test_floating_tag_log.py proves it), so the next writer reads it.
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(ours.to_digest or "none"),
-            metadata=move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+            metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+                      **changes},
         )
         for outside in later:
             record(outside)

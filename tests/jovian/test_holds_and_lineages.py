@@ -172,3 +172,24 @@ def test_r39_holds_lmcache_and_adopts_into_its_own_lineage(lab: Lab) -> None:
     assert "r39.env" not in git.Repo(lab.build_repo).git.ls_tree("-r", "--name-only", BUILD_BRANCH, f"{BUILD_DIR}/profiles")
     # The lineage's gate list carries the moved pins; the base dir's would fail cuda_pins_gated.
     assert checks(result)["cuda_pins_gated"].passed and meta(result, DEP_TABLE)["gate_list"] == f"{BUILD_DIR}-r39/fetch-deps.sh"
+
+
+def test_a_revs_fork_cut_lists_each_forks_commits_since_the_previous_revs_pins(lab: Lab) -> None:
+    rev = new_lab_rev(lab.sb.root, "r28", hold=("lmcache",))  # vLLM and b12x move; LMCache is held
+    lab.instance.add_dynamic_partitions("lab_revs", ["r28"])
+    result = dg.materialize(ASSETS, selection=dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT), partition_key="r28",
+                            resources=lab.resources, instance=lab.instance, raise_on_error=False)
+    assert result.success, failure_message(result)
+    cut = result.asset_value(FORK_CUT)
+    rows = meta(result, FORK_CUT)["changelog"].records  # type: ignore[attr-defined]
+    summary = str(meta(result, FORK_CUT)["changelog_summary"])
+    for pkg in cut.packages:
+        fork = git.Repo(lab.sb.repos / f"{pkg.name}.git")
+        between = fork.git.rev_list(f"{pkg.previous_commit}..{rev.pins[pkg.name]}").split()  # git's own answer, newest first
+        listed = [r.data for r in rows if r.data["repo"] == pkg.name]
+        assert [r["sha"] for r in listed] == between and {r["change"] for r in listed} <= {"added"}
+        assert [r["subject"] for r in listed] == [fork.commit(s).summary for s in between]
+        if pkg.name == "lmcache":
+            assert between == [] and f"lmcache: unchanged at {pkg.commit[:8]}" in summary
+        else:
+            assert between and f"{pkg.name} {pkg.previous_commit[:8]} -> {pkg.commit[:8]}: {len(between)} commit" in summary

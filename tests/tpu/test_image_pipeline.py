@@ -32,6 +32,7 @@ from tests.conftest import remote_head, sandbox_resources
 from tests.registry_server import RegistryServer
 from tests.report import queue_fault
 from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
+from tpu_assets.changelog import baked_harbor
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
 
@@ -77,17 +78,21 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert provenance["subject"][0]["digest"]["sha256"] == str(built["digest"]).removeprefix("sha256:")  # type: ignore[index]
     assert p.floating() is None  # a build never touches the floating tag
 
-    assert p.tag("promote").success
-    assert p.floating() == p.pinned(b1)
+    first_move = p.tag("promote")
+    assert first_move.success and p.floating() == p.pinned(b1)
+    assert changelog(first_move) == [] and "nothing before" in str(metadata(first_move)["changelog_summary"])
+    # A digest with no verified record (a hand move onto :tpu) is compared by the harbor its layers installed.
+    assert baked_harbor(p.site, p.registry, digest=p.pinned(b1), verified=[]) == guard_fix
 
     export_fix = advance_harbor(p.sb.root)  # the fix a later rollback must keep
     b2 = p.relock()
     assert p.build(b2).success
-    promoted = p.tag("promote")
+    promoted = p.tag("promote", must_contain=export_fix[:8])
     assert p.floating() == p.pinned(b2)
     assert metadata(promoted)["from_digest"] == p.pinned(b1)  # the pre-promote digest is recorded
+    assert changelog(promoted) == [("added", export_fix, True)]  # the harbor commits it adds, the fix marked
 
-    advance_harbor(p.sb.root)
+    later = advance_harbor(p.sb.root)
     b3 = p.relock()
     assert p.build(b3).success and p.tag("promote").success
     assert p.floating() == p.pinned(b3)
@@ -102,6 +107,16 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert "-> TARGET" in lines[b2[:8]]
     assert "predates" in lines[b1[:8]] and "no-op" in lines[b1[:8]]
     assert "points at now" in lines[b3[:8]]
+    cli = CliRunner().invoke(lockstep_cli, ["changelog", b1[:8], b3[:8], "--must-contain", export_fix[:8]])
+    assert cli.exit_code == 0, cli.output
+    assert cli.output.splitlines()[0] == f"build {b1[:8]} -> build {b3[:8]}" and "2 commits added" in cli.output
+    rows = [line.split() for line in cli.output.splitlines()[3:]]
+    assert [r[1:3] for r in rows] == [["added", later[:12]], ["added", export_fix[:12]]] and rows[1][-1] == "must_contain"
+    cli = CliRunner().invoke(lockstep_cli, ["changelog", later[:10], guard_fix[:10]])  # harbor commits, backwards
+    assert cli.exit_code == 0 and cli.output.splitlines()[:2] == [
+        f"harbor {later[:8]} -> harbor {guard_fix[:8]}", f"harbor {later[:8]} -> {guard_fix[:8]}: 2 commits removed"]
+    cli = CliRunner().invoke(lockstep_cli, ["changelog", "deadbeef", b3[:8]])
+    assert cli.exit_code != 0 and "'deadbeef' is neither a build" in cli.output
 
     # The tempting rollback to the pre-fix build is refused and moves nothing.
     tempting = p.tag("rollback", build=b1[:8], must_contain=export_fix[:8])
@@ -113,6 +128,7 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert p.floating() == p.pinned(b2)
     meta = metadata(rolled)
     assert meta["action"] == "rollback" and meta["hold"] is True and meta["from_digest"] == p.pinned(b3)
+    assert changelog(rolled) == [("removed", later, False)] and meta["commits_removed"] == 1  # what the rollback takes away
 
     # While the hold is set nothing promotes; releasing it lets promotion resume.
     held = p.tag("promote", build=b3[:8])
@@ -121,6 +137,12 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert p.tag("release_hold").success
     assert p.tag("promote", build=b3[:8]).success and p.floating() == p.pinned(b3)
     assert p.tag("rollback", build=b3[:8]).success is False  # the current digest is never a target
+
+
+def changelog(result: dg.ExecuteInProcessResult) -> list[tuple[str, str, bool]]:
+    """The move's changelog rows: (added|removed, harbor sha, is the must_contain commit)."""
+    table = metadata(result)["changelog"]
+    return [(r.data["change"], r.data["sha"], r.data["fix"]) for r in table.records]  # type: ignore[attr-defined]
 
 
 def test_unfixed_guard_is_built_but_never_verified_or_promoted(any_registry_pipeline: Pipeline) -> None:

@@ -10,9 +10,10 @@ The test does what the README tells a new user to do:
    `relock_harbor` from its launchpad. The run pushes a new consumer commit.
 3. `consumer_rebuild_sensor` (the sandbox sets rebuild_on_lock_change) builds that commit:
    `build_tpu` for the new partition must succeed (kaniko on fake iris, checks, smoke, verified).
-4. `promote_tpu` from its launchpad (config pre-filled: action promote) moves `:tpu`.
-5. The `tpu/floating_tag` page shows the move; the digest read from the page is what the registry
-   says `:tpu` points at (docs/floating-tag.png).
+4. The first build's (unverified) image is put on `:tpu` by hand, as before lockstep; `promote_tpu`
+   from its launchpad (config pre-filled: action promote) moves `:tpu` from it.
+5. The `tpu/floating_tag` page shows the move, and its changelog table the harbor fix it adds; the
+   digest read from the page is what the registry says `:tpu` points at (docs/floating-tag.png).
 
 Screenshots under docs/ are regenerated when LOCKSTEP_UPDATE_SCREENSHOTS=1; on failure a screenshot of the page, its text
 and the demo's log go to the test's tmp dir and the output.
@@ -357,6 +358,15 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
                    build_succeeded, 300, 3)
         print(f"[ui] build_tpu {relocked.hexsha[:8]} verified at {time.monotonic() - started:.0f} s")
 
+        # The runbook's starting point: the first build's image (the unfixed guard, never verified) was put on
+        # :tpu by hand before lockstep, so the promotion has a harbor to compare with: its changelog is the fix.
+        ref = ImageRef.parse(site.tpu.image)
+        registry = registry_for(site)
+        broken = registry.resolve(repository=ref.repository, reference=f"tpu-{consumer.git.rev_parse('--short', first_commit)}")
+        assert broken is not None, "the first (failing) build pushed no pinned tag"
+        registry.tag(repository=ref.repository, digest=broken, tag=site.tpu.floating_tag)
+        fix_subject = git.Repo(sb.harbor).commit(fix).summary
+
         # 5. promote_tpu from the UI (its launchpad config is pre-filled: action promote).
         run_url = launch_from_launchpad(page, demo, "promote_tpu", expect_config=r"action:\s*promote")
         status = wait_run_page(page, 180)
@@ -371,8 +381,13 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
         assert DIGEST.fullmatch(to_digest), f"to_digest on the tpu/floating_tag page is {to_digest!r}"
         assert action == "promote" and build == relocked.hexsha, (action, build)
         page.get_by_text(re.compile(r"promote :tpu .* -> " + re.escape(to_digest))).first.wait_for()
-        ref = ImageRef.parse(site.tpu.image)
-        in_registry = registry_for(site).resolve(repository=ref.repository, reference=site.tpu.floating_tag)
+        assert metadata_value(page, "from_digest") == broken, "the promotion does not start from the hand-moved digest"
+        # The changelog table: the harbor commit this promotion adds, as a row of the page's metadata.
+        changelog = page.get_by_role("row").filter(has=page.get_by_role("cell", name="changelog", exact=True)).first
+        changelog.get_by_role("cell", name=fix_subject, exact=True).wait_for()
+        assert changelog.get_by_role("cell", name=fix_subject, exact=True).is_visible(), f"{fix_subject!r} is not shown"
+        assert changelog.get_by_role("cell", name=fix, exact=True).is_visible(), f"the fix {fix[:8]}'s row has no sha"
+        in_registry = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
         assert to_digest == in_registry, f"the page says :tpu -> {to_digest}, the registry says {in_registry}"
         DOCS.mkdir(exist_ok=True)
         # The status section loads last: its "Latest materialization" tag reads "N seconds/minutes ago".
