@@ -115,6 +115,13 @@ def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_
     assert "both" in scopes["default (auto)"]
     before_plan = remote_head(p.sb.consumer)
 
+    # A runtime target without the required fix is refused like an image one, and nothing is pushed.
+    for scope in ("runtime", "both"):
+        refused = p.tag("rollback", build=b1[:8], must_contain=bad[:8], scope=scope)
+        assert not refused.success and "predates" in failure_message(refused), scope
+        assert remote_head(p.sb.consumer) == before_plan and p.floating() == p.pinned(b2)
+    assert not read_hold(p.instance, HARBOR_LOCK).held
+
     rolled = p.tag("rollback", must_contain=good[:8], scope="both")
     assert rolled.success, failure_message(rolled)
     assert p.floating() == p.pinned(b1)
@@ -150,48 +157,32 @@ def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_
     assert request.run_key == f"harbor:{after}"
 
 
-def test_scope_image_leaves_the_lock_alone(pipeline: Pipeline) -> None:
+def test_scope_image_leaves_the_lock_alone_and_a_refused_pin_after_the_image_move_says_so(pipeline: Pipeline) -> None:
     p = pipeline
-    _, b1 = promoted(p, fix=True)
+    good, b1 = promoted(p, fix=True)
     bad, b2 = promoted(p)
     head = remote_head(p.sb.consumer)
     rolled = p.tag("rollback", scope="image")
     assert rolled.success, failure_message(rolled)
     assert p.floating() == p.pinned(b1)
-    assert remote_head(p.sb.consumer) == head and locked(p.sb) == bad
+    assert remote_head(p.sb.consumer) == head and locked(p.sb) == bad  # workers still get the bad harbor
     assert not read_hold(p.instance, HARBOR_LOCK).held
+    assert p.tag("release_hold").success and p.tag("promote", build=b2[:8]).success
 
-
-def test_a_runtime_target_without_the_fix_is_refused_and_pushes_nothing(pipeline: Pipeline) -> None:
-    p = pipeline
-    _, b1 = promoted(p, fix=True)
-    fix, b2 = promoted(p)
-    head = remote_head(p.sb.consumer)
-    for scope in ("runtime", "both"):
-        refused = p.tag("rollback", build=b1[:8], must_contain=fix[:8], scope=scope)
-        assert not refused.success and "predates" in failure_message(refused), scope
-        assert remote_head(p.sb.consumer) == head and p.floating() == p.pinned(b2)
-    assert not read_hold(p.instance, HARBOR_LOCK).held
-
-
-def test_a_refused_push_after_the_image_move_says_so_and_a_runtime_rerun_pins(pipeline: Pipeline) -> None:
-    p = pipeline
-    good, b1 = promoted(p, fix=True)
-    bad, b2 = promoted(p)
-    head = remote_head(p.sb.consumer)
+    # The consumer branch refuses the push: the image move stands (recorded, tag hold set), nothing is
+    # pushed, no harbor hold is set, and the error says which half is done.
     hook = p.sb.consumer / "hooks" / "pre-receive"
     hook.write_text("#!/bin/sh\necho 'branch protected' >&2\nexit 1\n")
     hook.chmod(0o755)
-
     rolled = p.tag("rollback", scope="both")
     assert not rolled.success
     message = failure_message(rolled)
     assert "image rollback is done and recorded" in message and "pushed nothing" in message
-    assert p.floating() == p.pinned(b1)  # the image move stands, recorded with its hold
+    assert p.floating() == p.pinned(b1)
     assert remote_head(p.sb.consumer) == head and locked(p.sb) == bad
-    assert not read_hold(p.instance, HARBOR_LOCK).held  # no hold without a pin
+    assert not read_hold(p.instance, HARBOR_LOCK).held
 
-    hook.unlink()
+    hook.unlink()  # the pin alone, as the error says: the tag stays where the rollback put it
     pinned = p.tag("rollback", scope="runtime", build=b1[:8])
     assert pinned.success, failure_message(pinned)
     assert p.floating() == p.pinned(b1) and locked(p.sb) == good and baked_pin(p.sb) == good
