@@ -65,7 +65,7 @@ class FloatingTagConfig(dg.Config):
     group_name="tpu",
     kinds={"oci"},
     pool=TAG_MOVES_POOL,
-    code_version="3",
+    code_version="2",
     output_required=False,  # a runtime-only rollback does not touch the tag, so it records no move
     description=(
         "The floating tag other users pull (site `[tpu].floating_tag`, `:tpu`). Each materialization is "
