@@ -15,7 +15,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from resources.errors import FileFormatError, LockstepError
-from resources.git import GitRemotes, Worktree
+from resources.git import SHA_RE, GitRemotes, Worktree
 from resources.secrets import redact
 from resources.site import TpuSection
 from resources.uv import UvCli
@@ -66,6 +66,8 @@ def release_message(package: str, pin: HarborPin, branch: str) -> str:
 def pin_runtime(*, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str, harbor_commit: str,
                 build: str) -> HarborLock:
     """Pin the consumer's harbor (uv.lock + HARBOR_COMMIT) to `harbor_commit`; push one commit or none."""
+    if not SHA_RE.match(harbor_commit):  # it becomes a pyproject value and a Dockerfile line
+        raise RuntimePinRefused(f"{harbor_commit!r} is not a full 40-hex commit sha: nothing was pushed")
     with git.checkout(url=tpu.consumer_repo, branch=tpu.consumer_branch) as wt:
         lock, src, before, _, _ = _state(wt, tpu)
         if not _same_repo(src.url, tpu.harbor_repo):
