@@ -29,7 +29,7 @@ from tpu_assets.dockerfile import find_pin
 from tpu_assets.harbor_hold import HOLD, LOCK_ACTION, read_hold
 from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK
 
-pytestmark = pytest.mark.heavy(60)
+pytestmark = pytest.mark.heavy(120)  # seconds, about, unloaded (two tests, two builds each)
 
 
 @pytest.fixture
