@@ -206,8 +206,9 @@ def rollback() -> None:
 @click.option("--must-contain", default="", metavar="SHA", help="A harbor commit (the fix) the target must contain.")
 @click.option("--build", default="", help="Judge this build (a tpu_builds partition or its prefix) only.")
 def rollback_plan(must_contain: str, build: str) -> None:
-    """Print which build a rollback would move the floating tag to, and why each other one is refused.
-    Changes nothing. Exit 0 when there is a target, 1 when there is none."""
+    """Print which build a rollback would move the floating tag to, and why each other one is refused,
+    then what each scope (image: the tag; runtime: the consumer's uv.lock) would change. Changes nothing.
+    Exit 0 when there is a target, 1 when there is none."""
     # Both are commit shas (or their prefixes): checked before the site, the registry or git is read.
     for option, value in (("--must-contain", must_contain), ("--build", build)):
         if value and not _SHA_PREFIX.match(value):
@@ -219,14 +220,18 @@ def rollback_plan(must_contain: str, build: str) -> None:
     from resources.registry import registry_for
     from resources.site import load_site
     from tpu_assets.promotion import plan_for
+    from tpu_assets.runtime_rollback import explain_scopes
 
     def plan():  # type: ignore[no-untyped-def]
         site = load_site()
+        git = git_for(site)
         with _instance() as instance:
-            return plan_for(site, instance, git_for(site), registry_for(site), must_contain=must_contain, build=build)
+            found = plan_for(site, instance, git, registry_for(site), must_contain=must_contain, build=build)
+            return found, explain_scopes(site, instance, git, found, must_contain=must_contain, build=build)
 
-    result = _guard(plan)
+    result, scopes = _guard(plan)
     click.echo(result.explain())
+    click.echo(scopes)
     sys.exit(0 if result.ok else 1)
 
 

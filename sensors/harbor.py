@@ -10,6 +10,7 @@ from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.secrets import redact
 from resources.site import SiteResource
+from tpu_assets.harbor_hold import read_hold
 
 HARBOR_COMMIT_TAG = "lockstep/harbor_commit"
 
@@ -21,7 +22,7 @@ def default_sensor_status() -> dg.DefaultSensorStatus:
 
 
 def build_harbor_branch_sensor(
-    *, job_name: str, observed: dg.AssetKey, minimum_interval_seconds: int = 30
+    *, job_name: str, observed: dg.AssetKey, lock_key: dg.AssetKey, minimum_interval_seconds: int = 30
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name="harbor_branch_sensor",
@@ -31,7 +32,9 @@ def build_harbor_branch_sensor(
         description=(
             "Watches the harbor fork branch with one `git ls-remote` per tick. A new tip is recorded "
             f"as an observation of {observed.to_user_string()} and requests `{job_name}` with run key "
-            "`harbor:<sha>`, so each commit is re-locked once. Unchanged: a skip reason naming the sha."
+            "`harbor:<sha>`, so each commit is re-locked once. Unchanged: a skip reason naming the sha. "
+            f"While a runtime rollback holds harbor ({lock_key.to_user_string()} metadata `harbor_hold`), new tips "
+            "are recorded and nothing is requested: `release_harbor_hold` re-locks to the tip."
         ),
     )
     def harbor_branch_sensor(
@@ -61,16 +64,19 @@ def build_harbor_branch_sensor(
             }
         except LockstepError as exc:
             context.log.warning(f"commit info for {tip[:8]} unavailable: {exc}")
+        seen = [dg.AssetObservation(asset_key=observed, metadata=metadata, tags={"dagster/data_version": tip})]
+        hold = read_hold(context.instance, lock_key)
+        if hold.held:
+            # The tip is recorded and the cursor moves: the release re-locks to whatever the tip is then.
+            return dg.SensorResult(
+                skip_reason=f"{where} moved to {tip}, but harbor is on hold ({hold.reason}): no re-lock until "
+                            "release_harbor_hold runs",
+                cursor=tip, asset_events=seen,
+            )
         return dg.SensorResult(
             run_requests=[dg.RunRequest(run_key=f"harbor:{tip}", tags={HARBOR_COMMIT_TAG: tip})],
             cursor=tip,
-            asset_events=[
-                dg.AssetObservation(
-                    asset_key=observed,
-                    metadata=metadata,
-                    tags={"dagster/data_version": tip},
-                )
-            ],
+            asset_events=seen,
         )
 
     return harbor_branch_sensor

@@ -38,7 +38,7 @@ def test_tpu_graph_shape() -> None:
     graph = repo.asset_graph
     assert graph.get(dg.AssetKey(["tpu", "harbor_lock"])).parent_keys == {dg.AssetKey(["tpu", "harbor_head"])}
     assert graph.get(dg.AssetKey(["tpu", "verified_image"])).parent_keys == {dg.AssetKey(["tpu", "image"]), dg.AssetKey(["tpu", "smoke"])}
-    for name in ("relock_harbor", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold"):
+    for name in ("relock_harbor", "release_harbor_hold", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold"):
         assert tpu_defs.resolve_job_def(name) is not None
     assert sorted(s.name for s in repo.sensor_defs) == [
         "auto_promote_sensor", "consumer_rebuild_sensor", "floating_tag_watch", "harbor_branch_sensor"]

@@ -20,6 +20,7 @@ from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild
 from tpu_assets.image_assets import image, smoke, verified_image
 from tpu_assets.lock_assets import (
     HARBOR_HEAD,
+    HARBOR_LOCK,
     harbor_head,
     harbor_lock,
     harbor_version_moved,
@@ -39,6 +40,15 @@ relock_harbor = dg.define_asset_job(
     "relock_harbor",
     selection=dg.AssetSelection.assets(harbor_lock),
     description="Re-lock harbor in the consumer repo (uv.lock + Dockerfile HARBOR_COMMIT), checked, pushed fast-forward.",
+)
+release_harbor_hold = dg.define_asset_job(
+    "release_harbor_hold",
+    selection=dg.AssetSelection.assets(harbor_lock),
+    config={"ops": {"tpu__harbor_lock": {"config": {"release_hold": True}}}},
+    description=(
+        "Release the harbor hold a runtime rollback set: follow the harbor branch again and re-lock to its tip "
+        "(uv.lock + HARBOR_COMMIT, checked, pushed fast-forward)."
+    ),
 )
 build_tpu = dg.define_asset_job(
     "build_tpu",
@@ -70,9 +80,9 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             uv_lock_check,
             floating_tag_bakes_locked_harbor,
         ],
-        jobs=[relock_harbor, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
+        jobs=[relock_harbor, release_harbor_hold, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
         sensors=[
-            build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD),
+            build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD, lock_key=HARBOR_LOCK),
             build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
             build_auto_promote_sensor(job_name=promote_tpu.name),
             build_floating_tag_watch(),

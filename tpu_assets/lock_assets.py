@@ -1,18 +1,33 @@
 """`tpu/harbor_head` and `tpu/harbor_lock`: the runtime gate for a harbor change is the consumer's uv.lock."""
 
 import dagster as dg
+from pydantic import Field
 
+from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.site import SiteConfig, SiteResource
 from resources.uv import UvCli
+from tpu_assets.harbor_hold import hold_entries, read_hold
 from tpu_assets.lock_checks import pins_agree, version_moved
 from tpu_assets.models import Finding, HarborLock
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.relock import relock_harbor
+from tpu_assets.runtime_pin import release_runtime
 
 HARBOR_HEAD = dg.AssetKey(["tpu", "harbor_head"])
 HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
+
+class HarborLockConfig(dg.Config):
+    release_hold: bool = Field(
+        default=False,
+        description="Release the harbor hold a runtime rollback set: follow the harbor branch again and re-lock to its tip.",
+    )
+
+
+class HarborHeld(LockstepError):
+    """A re-lock while a runtime rollback holds harbor (or a release with no hold); nothing was pushed."""
+
 
 harbor_head = dg.AssetSpec(
     HARBOR_HEAD,
@@ -26,7 +41,7 @@ harbor_head = dg.AssetSpec(
 )
 
 
-def _metadata(lock: HarborLock, site: SiteConfig) -> dict[str, dg.MetadataValue]:
+def lock_metadata(lock: HarborLock, site: SiteConfig) -> dict[str, dg.MetadataValue]:
     b, a = lock.before, lock.after
     if lock.pushed:
         outcome = f"Pushed **{lock.consumer_commit[:8]}** to `{lock.consumer_branch}` (was {lock.consumer_base[:8]})."
@@ -52,23 +67,36 @@ def _metadata(lock: HarborLock, site: SiteConfig) -> dict[str, dg.MetadataValue]
     deps=[HARBOR_HEAD],
     group_name="tpu",
     kinds={"uv", "git"},
-    code_version="1",
+    code_version="2",
     description=(
         "The consumer repo re-locked to the harbor tip: `uv lock --upgrade-package harbor` and the "
         "Dockerfile's `ENV HARBOR_COMMIT` set to the same sha, committed as one commit and pushed "
         "fast-forward only. This is what ships a harbor change to iris workers (they `uv sync "
         "--frozen` from the lock); an image rebuild does not. Already at the tip: nothing is pushed. "
-        "Any failure pushes nothing."
+        "Any failure pushes nothing. A runtime rollback (`rollback_tpu` scope runtime/both) records its pin "
+        "here with `harbor_hold` true: re-locks are refused, and harbor_branch_sensor requests none, until "
+        "`release_harbor_hold` re-locks to the tip."
     ),
 )
-def harbor_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, uv: UvCli) -> dg.Output[HarborLock]:
-    config = site.config()
-    lock = relock_harbor(tpu=config.tpu, git=git, uv=uv, author=config.site.commit_author)
+def harbor_lock(context: dg.AssetExecutionContext, config: HarborLockConfig, site: SiteResource, git: GitRemotes,
+                uv: UvCli) -> dg.Output[HarborLock]:
+    cfg, held = site.config(), read_hold(context.instance, HARBOR_LOCK)
+    if config.release_hold:
+        if not held.held:
+            raise HarborHeld("there is no harbor hold to release (tpu/harbor_lock's newest record sets none): nothing was pushed")
+        lock = release_runtime(tpu=cfg.tpu, git=git, uv=uv, author=cfg.site.commit_author)
+        hold = hold_entries(action="release_hold", held=False, reason=f"released (was: {held.reason})")
+    else:
+        if held.held:
+            raise HarborHeld(f"harbor is on hold ({held.reason}): run release_harbor_hold to re-lock to the tip; "
+                             "nothing was pushed")
+        lock = relock_harbor(tpu=cfg.tpu, git=git, uv=uv, author=cfg.site.commit_author)
+        hold = hold_entries(action="relock", held=False, reason="")
     # A re-lock adds its consumer commit as a build partition: it can be built, though it need not be.
     if not context.instance.has_dynamic_partition(tpu_builds.name, lock.consumer_commit):
         context.instance.add_dynamic_partitions(tpu_builds.name, [lock.consumer_commit])
     context.log.info(f"harbor {lock.after.version} @ {lock.after.commit[:8]}; consumer {lock.consumer_commit[:8]} (pushed={lock.pushed})")
-    return dg.Output(lock, data_version=dg.DataVersion(lock.consumer_commit), metadata=_metadata(lock, config))
+    return dg.Output(lock, data_version=dg.DataVersion(lock.consumer_commit), metadata=lock_metadata(lock, cfg) | hold)
 
 
 def _result(finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:

@@ -16,7 +16,7 @@ from pydantic import Field
 from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
-from resources.uv import UvLock
+from resources.uv import UvCli, UvLock
 from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
     FLOATING_TAG,
@@ -36,6 +36,7 @@ from tpu_assets.promotion import (
     put_and_reread,
 )
 from tpu_assets.rollback import TagMove
+from tpu_assets.runtime_rollback import Scope, pin_after_image_rollback, runtime_only
 from tpu_assets.tag_lock import floating_tag_lock
 from tpu_assets.tag_log import TagIntent, noted, records_after_write, unrecorded_moves
 
@@ -46,6 +47,14 @@ class FloatingTagConfig(dg.Config):
     must_contain: str = Field(default="", description=(
         "rollback: a harbor commit the target must contain (the fix); promote and rollback: marked in the changelog."))
     note: str = Field(default="", description="Why, in a person's words; kept in the promotion log.")
+    scope: Scope = Field(
+        default="auto",
+        description=(
+            "rollback: `image` moves :tpu only; `runtime` pins harbor in the consumer's uv.lock to the target's "
+            "(workers install from the lock) and sets the harbor hold; `both`; `auto` = both when the target "
+            "bakes another harbor than the lock, else image."
+        ),
+    )
     lock_timeout_s: float = Field(
         default=300.0,
         description="How long to wait for another lockstep writer of the floating tag (a run or the watch) to finish.",
@@ -59,6 +68,7 @@ class FloatingTagConfig(dg.Config):
     kinds={"oci"},
     pool=TAG_MOVES_POOL,
     code_version="2",
+    output_required=False,  # a runtime-only rollback does not touch the tag, so it records no move
     description=(
         "The floating tag other users pull (site `[tpu].floating_tag`, `:tpu`). Each materialization is "
         "one state of the tag: from-digest (the rollback target), to-digest, build, action (promote / "
@@ -71,9 +81,14 @@ class FloatingTagConfig(dg.Config):
     ),
 )
 def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, site: SiteResource, git: GitRemotes,
-                 registry: Registry) -> Iterator[dg.MaterializeResult]:
+                 registry: Registry, uv: UvCli) -> Iterator[dg.MaterializeResult]:
     cfg = site.config()
     repository, tag, run_id = ImageRef.parse(cfg.tpu.image).repository, cfg.tpu.floating_tag, context.run.run_id
+    if config.action == "rollback" and config.scope == "runtime":
+        runtime_only(context, cfg, git, uv, verified=verified_history(context.instance),
+                     moves=tag_history(context.instance), current=registry.resolve(repository=repository, reference=tag),
+                     must_contain=config.must_contain, build=config.build)
+        return
     with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=config.lock_timeout_s,
                            holder=f"run {run_id}") as held:
         context.log.info(f"holding the {held}")
@@ -124,6 +139,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         )
         for outside in later:
             record(outside)
+    if config.action == "rollback" and config.scope != "image":
+        pin_after_image_rollback(context, cfg, git, uv, scope=config.scope, move=ours, verified=verified)
 
 
 def _action_job(name: str, action: str, description: str):  # type: ignore[no-untyped-def]
@@ -141,7 +158,8 @@ promote_tpu = _action_job("promote_tpu", "promote", "Move the floating tag to a 
 rollback_tpu = _action_job(
     "rollback_tpu", "rollback",
     "Move the floating tag back to a verified build that contains `must_contain` (or to `build`); refuses "
-    "no-op targets and sets a hold.",
+    "no-op targets and sets a hold. `scope`: image, runtime (pin harbor in uv.lock to the target's, hold the "
+    "harbor sensor) or both; default both when the target bakes another harbor than the lock.",
 )
 release_tpu_hold = _action_job("release_tpu_hold", "release_hold", "Release the hold a rollback set, so promotions can resume.")
 
