@@ -1,4 +1,4 @@
-"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`) refuses hostile arguments before it
+"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`, `reject`, `release`) refuses hostile arguments before it
 reads the site, opens the instance or asks a registry or git anything."""
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ COMMANDS = {
     "image probes": lambda v: ["image", "probes", "--", v],
     "rollback --build": lambda v: ["rollback", "plan", f"--build={v}"],
     "rollback --must-contain": lambda v: ["rollback", "plan", f"--must-contain={v}"],
+    "reject": lambda v: ["reject", "--reason=bad build", "--", v],
+    "release": lambda v: ["release", "--", v],
 }
 
 

@@ -17,6 +17,7 @@ from resources.uv import UvCli
 from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
+from tpu_assets.build_rejection import reject_tpu_build, release_tpu_build
 from tpu_assets.image_assets import image, smoke, verified_image
 from tpu_assets.lock_assets import (
     HARBOR_HEAD,
@@ -70,7 +71,7 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             uv_lock_check,
             floating_tag_bakes_locked_harbor,
         ],
-        jobs=[relock_harbor, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
+        jobs=[relock_harbor, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold, reject_tpu_build, release_tpu_build],
         sensors=[
             build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD),
             build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),

@@ -17,6 +17,7 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvLock
+from tpu_assets.build_rejection import now_utc, override_entries, policy_gate
 from tpu_assets.history import (
     FLOATING_TAG,
     VERIFIED_IMAGE,
@@ -44,6 +45,8 @@ class FloatingTagConfig(dg.Config):
     build: str = Field(default="", description="promote/rollback: a tpu_builds partition (or its prefix); empty = choose.")
     must_contain: str = Field(default="", description="rollback: a harbor commit the target must contain (the fix).")
     note: str = Field(default="", description="Why, in a person's words; kept in the promotion log.")
+    override_freeze: bool = Field(
+        default=False, description="promote: go through an open [[tpu.promotion.freeze]] window (needs a note; recorded).")
     lock_timeout_s: float = Field(
         default=300.0,
         description="How long to wait for another lockstep writer of the floating tag (a run or the watch) to finish.",
@@ -82,9 +85,13 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
         found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
         try:
-            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
+            verified, build, override = verified_history(context.instance), config.build, None
+            if config.action == "promote":  # soak, freeze, rejection ([tpu.promotion]); a rollback is remedial
+                build, override = policy_gate(context.instance, cfg.tpu.promotion, verified=verified, build=build,
+                                              now=now_utc(), override_freeze=config.override_freeze, note=config.note)
+            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
                                           logged=tag_history(context.instance), found=found, current=current,
-                                          build=config.build, must_contain=config.must_contain)
+                                          build=build, must_contain=config.must_contain)
         except Exception:  # refused (or git failed): what the registry showed is still recorded
             for outside in found:
                 record(outside)
@@ -111,7 +118,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         # (tests/tpu/test_floating_tag_log.py proves it), so the next writer reads it.
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(ours.to_digest or "none"),
-            metadata=move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+            metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+                      **override_entries(override)},
         )
         for outside in later:
             record(outside)
