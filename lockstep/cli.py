@@ -237,7 +237,7 @@ def _record_rejection(build: str, *, rejected: bool, by: str, reason: str) -> No
     import getpass
 
     from resources.site import load_site
-    from tpu_assets.build_rejection import record_rejection
+    from tpu_assets.rejection_assets import record_rejection
 
     if not _SHA_PREFIX.match(build):
         raise click.BadParameter(f"{build!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)",

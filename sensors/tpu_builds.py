@@ -8,9 +8,9 @@ from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
-from tpu_assets.build_rejection import auto_promote_refusal, now_utc
 from tpu_assets.history import VERIFIED_IMAGE, tag_history
 from tpu_assets.rebuild_policy import rebuild_reason
+from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
 from tpu_assets.rollback import current_state
 
 

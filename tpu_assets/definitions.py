@@ -17,7 +17,6 @@ from resources.uv import UvCli
 from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
-from tpu_assets.build_rejection import reject_tpu_build, release_tpu_build
 from tpu_assets.image_assets import image, smoke, verified_image
 from tpu_assets.lock_assets import (
     HARBOR_HEAD,
@@ -35,6 +34,7 @@ from tpu_assets.promotion_assets import (
     release_tpu_hold,
     rollback_tpu,
 )
+from tpu_assets.rejection_assets import reject_tpu_build, release_tpu_build
 
 relock_harbor = dg.define_asset_job(
     "relock_harbor",

@@ -17,7 +17,6 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvLock
-from tpu_assets.build_rejection import now_utc, override_entries, policy_gate
 from tpu_assets.history import (
     FLOATING_TAG,
     VERIFIED_IMAGE,
@@ -35,6 +34,7 @@ from tpu_assets.promotion import (
     floating_tag_lock_name,
     put_and_reread,
 )
+from tpu_assets.rejection_assets import now_utc, override_entries, policy_gate
 from tpu_assets.rollback import TagMove
 from tpu_assets.tag_lock import floating_tag_lock
 from tpu_assets.tag_log import TagIntent, noted, records_after_write, unrecorded_moves

@@ -86,3 +86,13 @@ def test_a_window_that_is_neither_or_both_kinds_points_at_its_table(tmp_path: Pa
     lone = POLICY.replace('end = "2027-01-04T00:00:00+00:00"\n', "")
     err = error_for(tmp_path, lone)
     assert err.line == line_of(lone, "start = 2026-12-20T00:00:00Z") and "set start and end (UTC)" in str(err)
+
+
+def test_the_readme_policy_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```toml\n[tpu.promotion]") + len("```toml\n")
+    promotion = load(tmp_path, "\n" + readme[start:readme.index("```", start)]).tpu.promotion
+    assert promotion.soak_minutes == 120 and [w.name for w in promotion.freeze] == ["q4-campaign", "weekend"]
+    weekend = promotion.freeze[1]
+    friday = datetime(2026, 12, 4, 18, 0, tzinfo=UTC)
+    assert weekend.open_until(friday) == datetime(2026, 12, 7, 9, 0, tzinfo=UTC)  # what the comments say

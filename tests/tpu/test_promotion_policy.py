@@ -28,10 +28,10 @@ from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, advance_harbor, up
 from tests.conftest import sandbox_resources
 from tests.runs import Pipeline, failure_message, materialize, metadata
-from tpu_assets.build_rejection import reject_tpu_build, rejections, release_tpu_build
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 from tpu_assets.promotion_policy import shown, utc
+from tpu_assets.rejection_assets import reject_tpu_build, rejections, release_tpu_build
 from tpu_assets.tag_log import log_disagreement
 
 pytestmark = pytest.mark.heavy(120)  # seconds, about: the order parallel workers take modules in
