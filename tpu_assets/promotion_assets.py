@@ -34,7 +34,12 @@ from tpu_assets.promotion import (
     floating_tag_lock_name,
     put_and_reread,
 )
-from tpu_assets.rejection_assets import now_utc, override_entries, policy_gate
+from tpu_assets.rejection_assets import (
+    now_utc,
+    override_entries,
+    policy_gate,
+    refuse_rejected_rollback,
+)
 from tpu_assets.rollback import TagMove
 from tpu_assets.tag_lock import floating_tag_lock
 from tpu_assets.tag_log import TagIntent, noted, records_after_write, unrecorded_moves
@@ -86,12 +91,15 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
         try:
             verified, build, override = verified_history(context.instance), config.build, None
-            if config.action == "promote":  # soak, freeze, rejection ([tpu.promotion]); a rollback is remedial
+            # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).
+            if config.action == "promote":
                 build, override = policy_gate(context.instance, cfg.tpu.promotion, verified=verified, build=build,
                                               now=now_utc(), override_freeze=config.override_freeze, note=config.note)
             move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
                                           logged=tag_history(context.instance), found=found, current=current,
                                           build=build, must_contain=config.must_contain)
+            if config.action == "rollback" and move is not None:
+                refuse_rejected_rollback(context.instance, move.build)
         except Exception:  # refused (or git failed): what the registry showed is still recorded
             for outside in found:
                 record(outside)

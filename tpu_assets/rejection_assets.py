@@ -42,12 +42,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TEXT = 500
 
 
-def rejections(instance: dg.DagsterInstance) -> dict[str, Rejection]:
-    """Each build's newest reject/release record, by build (builds never rejected are absent)."""
+def rejections(instance: dg.DagsterInstance, builds: Sequence[str] | None = None) -> dict[str, Rejection]:
+    """Each build's newest reject/release record, by build (builds never rejected are absent);
+    `builds`: only those partitions' records are read (a sensor tick asks about one)."""
     out: dict[str, Rejection] = {}
     cursor = None
+    records = dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, asset_partitions=list(builds) if builds else None)
     while True:
-        page = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE), limit=_PAGE, cursor=cursor)
+        page = instance.fetch_observations(records, limit=_PAGE, cursor=cursor)
         for r in page.records:  # newest first
             obs = r.asset_observation
             meta = {k: getattr(v, "value", None) for k, v in (obs.metadata if obs else {}).items()}
@@ -140,10 +142,16 @@ def auto_promote_refusal(instance: dg.DagsterInstance, policy: PromotionSection,
     build = VerifiedBuild(build=record.partition_key or "", digest=str(getattr(meta.get("digest"), "value", "")),
                           harbor_commit=str(getattr(meta.get("harbor_commit"), "value", "")), verified_at=record.timestamp)
     try:
-        judge(build, policy=policy, rejection=rejections(instance).get(build.build), now=now)
+        judge(build, policy=policy, rejection=rejections(instance, [build.build]).get(build.build), now=now)
     except PolicyRefused as exc:
         return exc
     return None
+
+
+def refuse_rejected_rollback(instance: dg.DagsterInstance, target: str | None) -> None:
+    """A rollback is a promotion of older freight: it must not land on a build someone rejected."""
+    if target and (said := rejection_refusal(rejections(instance, [target]).get(target))):
+        raise PolicyRefused("reject", f"rollback target {said}. Name another target with `build`, or release it first")
 
 
 def override_entries(override: FreezeOverride | None) -> dict[str, dg.MetadataValue]:

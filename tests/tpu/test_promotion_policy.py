@@ -204,6 +204,28 @@ def test_a_rejected_build_is_promoted_by_nobody_until_released(world: World) -> 
     assert w.auto().run_requests and w.promote(w.b2).success and w.floating() == w.d2
 
 
+def test_a_rollback_does_not_land_on_a_rejected_build_and_ignores_a_freeze(world: World) -> None:
+    w = world
+    assert w.promote(w.b2).success and w.floating() == w.d2
+    w.policy(f'[[tpu.promotion.freeze]]\nname = "q4-campaign"\nstart = {shown(datetime.now(UTC) - timedelta(hours=1))}\n'
+             f'end = {shown(datetime.now(UTC) + timedelta(hours=1))}')
+    reject = {"ops": {"reject_build": {"config": {"build": w.b1, "reason": "bad numbers", "by": "ops@lab"}}}}
+    assert reject_tpu_build.execute_in_process(run_config=reject, instance=w.instance,
+                                               resources={"site": w.resources["site"]}).success
+    refused = materialize(w.resources, ONLY_THE_MOVE, w.instance,
+                          run_config={"ops": {"tpu__floating_tag": {"config": {"action": "rollback"}}}})
+    assert not refused.success and "rollback target reject: build" in failure_message(refused)
+    assert "rejected by ops@lab" in failure_message(refused) and w.floating() == w.d2
+    assert [m.to_digest for m in reversed(tag_history(w.instance))] == [w.d1, w.d2]
+    release = {"ops": {"release_build": {"config": {"build": w.b1, "by": "ops@lab"}}}}
+    assert release_tpu_build.execute_in_process(run_config=release, instance=w.instance,
+                                                resources={"site": w.resources["site"]}).success
+    rolled = materialize(w.resources, ONLY_THE_MOVE, w.instance,
+                         run_config={"ops": {"tpu__floating_tag": {"config": {"action": "rollback"}}}})
+    assert rolled.success, failure_message(rolled)  # during the freeze: a rollback is remedial
+    assert w.floating() == w.d1
+
+
 def test_lockstep_reject_and_release_from_the_command_line(built: Built, tmp_path: Path) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()
