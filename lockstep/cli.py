@@ -269,6 +269,52 @@ def changelog(frm: str, to: str, must_contain: str) -> None:
     click.echo(changelog_text([found], fix=fix))
 
 
+# -- rejecting a build -----------------------------------------------------------------------------
+
+
+def _record_rejection(build: str, *, rejected: bool, by: str, reason: str) -> None:
+    import getpass
+
+    from resources.site import load_site
+    from tpu_assets.rejection_assets import record_rejection
+
+    if not _SHA_PREFIX.match(build):
+        raise click.BadParameter(f"{build!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)",
+                                 param_hint="BUILD")
+
+    def run():  # type: ignore[no-untyped-def]
+        site = load_site()
+        with _instance() as instance:
+            return record_rejection(instance, site, build=build, rejected=rejected, by=by or getpass.getuser(),
+                                    reason=reason, emit=instance.report_runless_asset_event,
+                                    holder=f"lockstep {'reject' if rejected else 'release'}, pid {os.getpid()}")
+
+    done = _guard(run)
+    if rejected:
+        click.echo(f"build {done.build} rejected by {done.by}: {done.reason}. Neither promote_tpu nor auto_promote "
+                   f"promotes it until `lockstep release {done.build[:12]}`")
+    else:
+        click.echo(f"build {done.build} released by {done.by}: it may be promoted again (soak and freeze still apply)")
+
+
+@main.command()
+@click.argument("build")
+@click.option("--reason", required=True, help="Why: shown in every refusal to promote it.")
+@click.option("--by", default="", help="Who rejects it (default: the login name).")
+def reject(build: str, reason: str, by: str) -> None:
+    """Reject BUILD (a tpu_builds commit sha or its prefix) so nothing promotes it: recorded on its
+    tpu/verified_image partition in the instance at $DAGSTER_HOME."""
+    _record_rejection(build, rejected=True, by=by, reason=reason)
+
+
+@main.command()
+@click.argument("build")
+@click.option("--by", default="", help="Who releases it (default: the login name).")
+def release(build: str, by: str) -> None:
+    """Undo `lockstep reject BUILD`: it may be promoted again."""
+    _record_rejection(build, rejected=False, by=by, reason="")
+
+
 @main.command()
 @click.option("--iris-builds", default=4, show_default=True, help="Concurrent iris builds (the cluster's quota).")
 @click.option("--apply", is_flag=True, help="Set them on the instance at $DAGSTER_HOME (else: print the commands).")

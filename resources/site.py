@@ -47,6 +47,7 @@ from resources.site_fields import (
     placeholders,
 )
 from resources.site_jovian import JovianSection
+from resources.site_promotion import PromotionSection
 from resources.site_rules import (
     KeyRefused,
     check_host,
@@ -226,6 +227,8 @@ class TpuSection(Table):
         default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
     )
     auto_promote: StrictBool = Field(default=False, description="Promote each newly verified build (never while on hold).")
+    promotion: PromotionSection = Field(
+        default_factory=PromotionSection, description="Soak time and freeze windows every promotion must pass.")
     owners: Owners | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
 
 

@@ -1,4 +1,5 @@
-"""consumer_rebuild_sensor and auto_promote_sensor: rebuilds only when base layers change; promotions never over a hold."""
+"""consumer_rebuild_sensor and auto_promote_sensor: rebuilds only when base layers change; promotions never over a
+hold, a rejection, a soak time or a freeze window."""
 
 import dagster as dg
 
@@ -9,6 +10,7 @@ from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
 from tpu_assets.history import VERIFIED_IMAGE, tag_history
 from tpu_assets.rebuild_policy import rebuild_reason
+from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
 from tpu_assets.rollback import current_state
 
 
@@ -69,7 +71,10 @@ def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
         default_status=default_sensor_status(),
         description=(
             "Promotes each newly verified build when the site sets auto_promote = true — never while a "
-            "rollback hold is set (release it with release_tpu_hold). Cursor: the last verified_image event seen."
+            "rollback hold is set (release it with release_tpu_hold), never a rejected build, and only once "
+            "[tpu.promotion] allows it: a build still soaking or a freeze window keeps the cursor, so a later "
+            "tick promotes it when the rule lets it (automation never overrides a freeze). Cursor: the last "
+            "verified_image event seen."
         ),
     )
     def auto_promote_sensor(context: dg.SensorEvaluationContext, site: SiteResource) -> dg.SensorResult:
@@ -82,15 +87,19 @@ def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
         cursor = str(records[-1].storage_id)
         newest = records[-1].partition_key
         try:
-            auto_promote = site.config().tpu.auto_promote
+            tpu = site.config().tpu
         except LockstepError as exc:  # cursor kept: the build is judged again once the file is fixed
             return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
-        if not auto_promote:
+        if not tpu.auto_promote:
             return dg.SensorResult(cursor=cursor, skip_reason="auto_promote is off in the site file: promote with promote_tpu")
         if current_state(tag_history(context.instance))[1]:
             return dg.SensorResult(cursor=cursor, skip_reason=(
                 f"build {(newest or '?')[:8]} is verified, but the floating tag is on hold after a rollback: "
                 "nothing promotes until release_tpu_hold"))
+        if refused := auto_promote_refusal(context.instance, tpu.promotion, records[-1], now=now_utc()):
+            # A rejection is final for automation; soak and freeze end, so the next ticks judge this build again.
+            return dg.SensorResult(cursor=cursor if refused.rule == "reject" else None, skip_reason=(
+                f"build {(newest or '?')[:8]} is verified, but auto_promote may not promote it: {refused}"))
         return dg.SensorResult(cursor=cursor, run_requests=[dg.RunRequest(
             run_key=f"promote:{newest}",
             run_config={"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": newest, "note": "auto_promote"}}}},

@@ -1,4 +1,4 @@
-"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`, `changelog`) refuses hostile arguments before it
+"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`, `changelog`, `reject`, `release`) refuses hostile arguments before it
 reads the site, opens the instance or asks a registry or git anything."""
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ COMMANDS = {
     "changelog FROM": lambda v: ["changelog", "--", v, "abcd1234"],
     "changelog TO": lambda v: ["changelog", "--", "abcd1234", v],
     "changelog --must-contain": lambda v: ["changelog", f"--must-contain={v}", "abcd1234", "abcd5678"],
+    "reject": lambda v: ["reject", "--reason=bad build", "--", v],
+    "release": lambda v: ["release", "--", v],
 }
 
 

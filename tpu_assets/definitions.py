@@ -35,6 +35,7 @@ from tpu_assets.promotion_assets import (
     release_tpu_hold,
     rollback_tpu,
 )
+from tpu_assets.rejection_assets import reject_tpu_build, release_tpu_build
 
 relock_harbor = dg.define_asset_job(
     "relock_harbor",
@@ -80,7 +81,8 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             uv_lock_check,
             floating_tag_bakes_locked_harbor,
         ],
-        jobs=[relock_harbor, release_harbor_hold, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold],
+        jobs=[relock_harbor, release_harbor_hold, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold,
+              reject_tpu_build, release_tpu_build],
         sensors=[
             build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD, lock_key=HARBOR_LOCK),
             build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),

@@ -35,6 +35,12 @@ from tpu_assets.promotion import (
     floating_tag_lock_name,
     put_and_reread,
 )
+from tpu_assets.rejection_assets import (
+    now_utc,
+    override_entries,
+    policy_gate,
+    refuse_rejected_rollback,
+)
 from tpu_assets.rollback import TagMove
 from tpu_assets.runtime_rollback import Scope, pin_after_image_rollback, runtime_only
 from tpu_assets.tag_lock import floating_tag_lock
@@ -55,6 +61,8 @@ class FloatingTagConfig(dg.Config):
             "bakes another harbor than the lock, else image."
         ),
     )
+    override_freeze: bool = Field(
+        default=False, description="promote: go through an open [[tpu.promotion.freeze]] window (needs a note; recorded).")
     lock_timeout_s: float = Field(
         default=300.0,
         description="How long to wait for another lockstep writer of the floating tag (a run or the watch) to finish.",
@@ -102,9 +110,16 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
         verified = verified_history(context.instance)
         try:
+            build, override = config.build, None
+            # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).
+            if config.action == "promote":
+                build, override = policy_gate(context.instance, cfg.tpu.promotion, verified=verified, build=build,
+                                              now=now_utc(), override_freeze=config.override_freeze, note=config.note)
             move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
                                           logged=tag_history(context.instance), found=found, current=current,
-                                          build=config.build, must_contain=config.must_contain)
+                                          build=build, must_contain=config.must_contain)
+            if config.action == "rollback" and move is not None:
+                refuse_rejected_rollback(context.instance, move.build)
         except Exception:  # refused (or git failed): what the registry showed is still recorded
             for outside in found:
                 record(outside)
@@ -135,7 +150,7 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(ours.to_digest or "none"),
             metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
-                      **changes},
+                      **changes, **override_entries(override)},
         )
         for outside in later:
             record(outside)
