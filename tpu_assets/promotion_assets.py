@@ -17,6 +17,7 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvLock
+from tpu_assets.attestation import require_attestation
 from tpu_assets.history import (
     FLOATING_TAG,
     VERIFIED_IMAGE,
@@ -81,10 +82,19 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         current = registry.resolve(repository=repository, reference=tag)
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
         found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
+        verified, attested = verified_history(context.instance), ""
         try:
-            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified_history(context.instance),
+            move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
                                           logged=tag_history(context.instance), found=found, current=current,
                                           build=config.build, must_contain=config.must_contain)
+            if move is not None and move.to_digest is not None and move.to_digest != current:
+                target = next((v for v in verified if v.digest == move.to_digest and v.build == move.build), None)
+                attested = require_attestation(cfg, registry, repository=repository, digest=move.to_digest,
+                                               target=target)
+                if attested.startswith("attested"):
+                    context.log.info(attested)
+                else:  # the site has no [attest]: said on every move, so nobody mistakes it for checked
+                    context.log.warning(f"attestation {attested}")
         except Exception:  # refused (or git failed): what the registry showed is still recorded
             for outside in found:
                 record(outside)
@@ -111,7 +121,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         # (tests/tpu/test_floating_tag_log.py proves it), so the next writer reads it.
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(ours.to_digest or "none"),
-            metadata=move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+            metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+                      **({"attestation": dg.MetadataValue.text(attested)} if attested else {})},
         )
         for outside in later:
             record(outside)
