@@ -55,7 +55,7 @@ from tests.registry_server import RegistryServer
 from tests.runs import Pipeline, failure_message, metadata
 from tpu_assets.history import VERIFIED_IMAGE
 
-pytestmark = pytest.mark.heavy(30)  # seconds, about
+pytestmark = pytest.mark.heavy(70)  # seconds, about: one build, then promotions
 
 
 def _new_key() -> SigningKey:
