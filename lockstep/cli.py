@@ -338,7 +338,13 @@ def pools(iris_builds: int, apply: bool) -> None:
 @click.option("--port", default=3000, show_default=True)
 def demo(root: Path, port: int) -> None:
     """Sandbox up, then the Dagster UI on it (both code locations, sensors running)."""
-    from sandbox.world import SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE, up
+    from sandbox.world import (
+        SANDBOX_ATTEST_KEY_ENV,
+        SANDBOX_TOKEN_ENV,
+        SANDBOX_TOKEN_VALUE,
+        sandbox_attest_key,
+        up,
+    )
 
     sb = _guard(lambda: up(root))
     home = sb.root / "dagster_home"
@@ -353,6 +359,7 @@ def demo(root: Path, port: int) -> None:
         "LOCKSTEP_CACHE": str(sb.root / "cache"),
         "LOCKSTEP_SENSORS_RUNNING": "1",
         SANDBOX_TOKEN_ENV: os.environ.get(SANDBOX_TOKEN_ENV) or SANDBOX_TOKEN_VALUE,
+        SANDBOX_ATTEST_KEY_ENV: os.environ.get(SANDBOX_ATTEST_KEY_ENV) or sandbox_attest_key(),
     }
     workspace = Path(__file__).resolve().parent.parent / "workspace.yaml"
     click.echo(f"lockstep demo on http://127.0.0.1:{port} (sandbox {sb.root}); Ctrl-C stops it")

@@ -35,6 +35,7 @@ from resources.names import (
     url_scheme,
 )
 from resources.secrets import redact
+from resources.site_attest import AttestSection, trusted_keys
 from resources.site_fields import (
     Branch,
     NodeName,
@@ -326,6 +327,7 @@ class SiteConfig(Table):
     jovian: JovianSection | None = None
     spark: SparkSection | None = None
     links: LinksSection = Field(default_factory=LinksSection)
+    attest: AttestSection | None = None
     _path: Path = PrivateAttr(default=Path("site.toml"))
     _digest: str = PrivateAttr(default="")
 
@@ -382,7 +384,8 @@ class SiteConfig(Table):
     def secret_env_names(self) -> list[str]:
         """Every environment variable the site names as holding a secret."""
         names: list[str] = []
-        for section in (self.site, self.tpu, self.registry, *(s for s in (self.iris, self.jovian, self.spark) if s)):
+        for section in (self.site, self.tpu, self.registry,
+                        *(s for s in (self.iris, self.jovian, self.spark, self.attest) if s)):
             for field, value in section:
                 if field.endswith("_env") and value:
                     names.append(value)
@@ -469,6 +472,8 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
         raise _explain(exc, site_path, text) from None
     config._path = site_path.resolve()
     config._digest = hashlib.sha256(raw).hexdigest()
+    if config.attest is not None:  # a key file that is missing or wrong fails the load, not a promotion
+        trusted_keys(config)
     return config
 
 

@@ -6,6 +6,7 @@ resources; the sandbox only writes a SiteConfig that the rest of lockstep reads 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -17,9 +18,12 @@ from pathlib import Path
 
 import git
 import tomli_w
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from resources.errors import FileFormatError, LockstepError
 from resources.site import (
+    AttestSection,
     IrisSection,
     RegistrySection,
     SiteConfig,
@@ -53,6 +57,29 @@ SANDBOX_URL_SCHEMES = ("https", "ssh", "file")
 # `lockstep demo` (and the tests) set this to a dummy value: it is still treated as a secret.
 SANDBOX_TOKEN_ENV = "LOCKSTEP_SANDBOX_PUSH_TOKEN"
 SANDBOX_TOKEN_VALUE = "sandbox-push-token-0000"
+# The sandbox signs its verified builds, so promotion there checks attestations as on a real site. Its
+# key is derived from a fixed seed (a dummy, like the push token: `lockstep demo` and the tests export
+# it), and only its public half is written, as the site's trusted key.
+SANDBOX_ATTEST_KEY_ENV = "LOCKSTEP_SANDBOX_ATTEST_KEY"
+SANDBOX_ATTEST_PUB = Path("attest") / "sandbox-attest.pub"
+
+
+def sandbox_attest_key() -> str:
+    """The sandbox's ECDSA P-256 signing key, PEM (the same on every machine: it protects nothing)."""
+    seed = int.from_bytes(hashlib.sha256(b"lockstep sandbox attestation key").digest(), "big")
+    key = ec.derive_private_key(seed % (2**255), ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
+
+
+def _write_attest_pub(sb: Sandbox) -> None:
+    path = sb.root / SANDBOX_ATTEST_PUB
+    if path.exists():
+        return
+    private = serialization.load_pem_private_key(sandbox_attest_key().encode(), password=None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
+                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
 @contextmanager
@@ -149,6 +176,7 @@ def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
                          cpu=16, memory="64GB", disk="120GB"),
         jovian=jovian_section(sb.repos),
         spark=spark_section(),
+        attest=AttestSection(key_env=SANDBOX_ATTEST_KEY_ENV, trusted_keys=[SANDBOX_ATTEST_PUB.as_posix()]),
     )
 
 
@@ -191,6 +219,7 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
     if not (sb.consumer / "HEAD").exists():
         _create_consumer(sb, harbor_sha, sandbox_image(registry))
     jovian_up(sb)
+    _write_attest_pub(sb)
     if not sb.site_file.exists():
         # The sandbox's repos have no web pages: no [links] table (a person adds one for a real site).
         data = site_config(sb, registry).model_dump(mode="json", exclude_none=True, exclude={"links"})

@@ -11,15 +11,18 @@ import pytest
 from resources.git import git_for
 from resources.iris import iris_for
 from resources.registry import registry_for
+from resources.signing import signer_for
 from resources.site import SiteResource, load_site
 from resources.spark import spark_for
 from resources.uv import UvCli
 from sandbox.world import (
     AUTHOR,
     CONSUMER_BRANCH,
+    SANDBOX_ATTEST_KEY_ENV,
     SANDBOX_TOKEN_ENV,
     SANDBOX_TOKEN_VALUE,
     Sandbox,
+    sandbox_attest_key,
     up,
 )
 from tests.registry_server import RegistryServer, running_registry
@@ -46,6 +49,7 @@ def sandbox_push_token() -> Iterator[str]:
     too). Session-wide: module-scoped fixtures build images before any test-scoped fixture runs."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE)
+        mp.setenv(SANDBOX_ATTEST_KEY_ENV, sandbox_attest_key())  # the sandbox signs its verified builds
         yield SANDBOX_TOKEN_VALUE
 
 
@@ -64,6 +68,7 @@ def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:
         "registry": registry_for(site),
         "iris": iris_for(site),
         "spark": spark_for(site),
+        "attest_signer": signer_for(site),
     }
 
 

@@ -41,6 +41,8 @@ import dagster as dg
 import pytest
 import requests
 import tomli_w
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from jovian_assets.definitions import jovian_resources
 from jovian_assets.node_assets import DISTRIBUTED
@@ -48,7 +50,14 @@ from resources.site import load_site
 from sandbox.fake_containers import stop_sandbox_containers
 from sandbox.fake_iris import queue_fault, stop_all
 from sandbox.jovian_world import new_lab_rev
-from sandbox.world import SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up, use_iris_contract
+from sandbox.world import (
+    SANDBOX_ATTEST_KEY_ENV,
+    SANDBOX_TOKEN_ENV,
+    Sandbox,
+    advance_harbor,
+    up,
+    use_iris_contract,
+)
 from tests.canary_scan import Canary, ScanReport, scan
 from tests.jovian.lab import ASSETS as JOVIAN_ASSETS
 from tests.jovian.lab import Lab, done
@@ -95,11 +104,24 @@ class World:
         return path.is_relative_to(self.sb.iris_home) and _CLUSTER_SIDE.search(path.as_posix()) is not None
 
 
+# The attestation key's canary is a real key (it must sign); its second PEM line, which holds private
+# key bytes, is a canary of its own, so a leak of part of the key is found too.
+ATTEST_KEY_LINE = f"{SANDBOX_ATTEST_KEY_ENV} (a line of its PEM)"
+
+
+def _attest_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
+
+
 def _canaries() -> list[Canary]:
     """One per secret the site names, and a wrong value for two of them: the refusals must not echo it."""
     users = (REGISTRY_USER, PUSH_USER)
-    return [Canary(env=env, value=canary_value(env.split()[0]), users=users)
-            for env in (REGISTRY_TOKEN_ENV, SANDBOX_TOKEN_ENV, PASSPHRASE_ENV, WRONG_REGISTRY_TOKEN, WRONG_PASSPHRASE)]
+    attest = _attest_key()
+    return [*(Canary(env=env, value=canary_value(env.split()[0]), users=users)
+              for env in (REGISTRY_TOKEN_ENV, SANDBOX_TOKEN_ENV, PASSPHRASE_ENV, WRONG_REGISTRY_TOKEN, WRONG_PASSPHRASE)),
+            Canary(env=SANDBOX_ATTEST_KEY_ENV, value=attest), Canary(env=ATTEST_KEY_LINE, value=attest.splitlines()[2])]
 
 
 def _htpasswd(path: Path, logins: dict[str, str]) -> Path:
@@ -117,16 +139,21 @@ def _client_key(root: Path, passphrase: str) -> None:
                     "-f", str(root / "client_ed25519")], check=True, capture_output=True, timeout=30)  # fmt: skip
 
 
-def _canary_site(sb: Sandbox, sshd: SshdServer) -> None:
-    """The sandbox site, naming a secret in every place a site can: registry login, push token, key passphrase."""
+def _canary_site(sb: Sandbox, sshd: SshdServer, attest_key: str) -> None:
+    """The sandbox site, naming a secret in every place a site can: registry login, push token, key
+    passphrase, attestation signing key (trusted: its public half is the site's trusted key)."""
     data = tomllib.loads(sb.site_file.read_text())
     data["registry"].update(username=REGISTRY_USER, token_env=REGISTRY_TOKEN_ENV)
+    public = serialization.load_pem_private_key(attest_key.encode(), password=None).public_key()
+    data["attest"]["trusted_keys"] = [public.public_bytes(serialization.Encoding.PEM,
+                                                          serialization.PublicFormat.SubjectPublicKeyInfo).decode()]
     spark = data["spark"]
     spark.update(known_hosts=str(sshd.known_hosts), key_path=str(sshd.client_key), passphrase_env=PASSPHRASE_ENV)
     spark["nodes"] = [sshd.node(SSH_NODE, roles=["lane"]) if n["name"] == SSH_NODE else n for n in spark["nodes"]]
     sb.site_file.write_text(tomli_w.dumps(data))
     site = load_site(sb.site_file)
-    assert sorted(site.secret_env_names()) == sorted([REGISTRY_TOKEN_ENV, SANDBOX_TOKEN_ENV, PASSPHRASE_ENV])
+    assert sorted(site.secret_env_names()) == sorted([REGISTRY_TOKEN_ENV, SANDBOX_TOKEN_ENV, PASSPHRASE_ENV,
+                                                      SANDBOX_ATTEST_KEY_ENV])
     use_iris_contract(sb.root, site.iris.sandbox_contract)  # type: ignore[union-attr]  # the pull secret
 
 
@@ -170,7 +197,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 running_sshd(base / "sshd", extra_config=f"SetEnv PATH={base / 'sandbox/nodes' / SSH_NODE / 'bin'}"
                              f":/usr/local/bin:/usr/bin:/bin HOME={base / 'sandbox/nodes' / SSH_NODE / 'home'}\n") as sshd:
             sb = up(base / "sandbox", registry=registry.host)
-            _canary_site(sb, sshd)
+            _canary_site(sb, sshd, value[SANDBOX_ATTEST_KEY_ENV])
             site = load_site(sb.site_file)
             home = base / "dagster_home"
             home.mkdir()
@@ -208,6 +235,8 @@ def test_every_flow_ran_and_used_every_secret(world: World) -> None:
     assert not o["leaking build"].success and f"contains the value of ${SANDBOX_TOKEN_ENV}" in leak
     for step in ("build 1", "promote 1", "build 2", "promote 2", "rollback", "jovian"):
         assert o[step].success, f"{step}: {failure_message(o[step])}"
+    # Each promotion checked a signature made with the canary key (the only trusted one).
+    assert str(metadata(o["promote 2"])["attestation"]).startswith("attested:")
     # A wrong value is refused naming its variable (and, by the scan, never echoed).
     assert not o["rollback, wrong registry token"].success
     assert REGISTRY_TOKEN_ENV in failure_message(o["rollback, wrong registry token"])

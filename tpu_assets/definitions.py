@@ -5,6 +5,7 @@ import dagster as dg
 from resources.git import git_for
 from resources.iris import iris_for
 from resources.registry import registry_for
+from resources.signing import signer_for
 from resources.site import (
     SiteConfig,
     location_owners,
@@ -66,6 +67,7 @@ def tpu_resources(site: SiteConfig | None) -> dict[str, object]:
         "uv": UvCli(),
         "registry": registry_for(site, env_vars=True) if site else needs_site("registry"),
         "iris": iris_for(site, env_vars=True) if site and site.iris else needs_site("iris"),
+        "attest_signer": signer_for(site, env_vars=True),
     }
 
 

@@ -10,7 +10,9 @@ from resources.git import GitRemotes
 from resources.iris import IrisCli, JobSpec, JobState
 from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
+from resources.signing import AttestSigner
 from resources.site import SiteResource
+from tpu_assets.attestation import UNSIGNED, attest
 from tpu_assets.build import BuildFailed, build_image, finish_job
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.inspection import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, verify_image
@@ -148,11 +150,13 @@ def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
     description=(
         "The 'last good' record: materializes ONLY when every image check passes (re-verified here from "
         "the registry) and the smoke succeeded. Shaped like SLSA provenance: subject digest, resolved "
-        "dependencies with git commits, verification results. Promotion and rollback choose from these."
+        "dependencies with git commits, verification results. With the site's [attest], that statement is "
+        "signed (DSSE) and attached to the image in the registry, cosign's layout; promotion checks it. "
+        "Promotion and rollback choose from these."
     ),
 )
-def verified_image(context: dg.AssetExecutionContext, site: SiteResource, registry: Registry, image: BuiltImage,
-                   smoke: SmokeResult) -> dg.Output[VerifiedImage]:
+def verified_image(context: dg.AssetExecutionContext, site: SiteResource, registry: Registry, attest_signer: AttestSigner,
+                   image: BuiltImage, smoke: SmokeResult) -> dg.Output[VerifiedImage]:
     config = site.config()
     tpu = config.tpu
     findings = verify_image(registry, built=image, tpu=tpu, repository=ImageRef.parse(tpu.image).repository)
@@ -165,6 +169,14 @@ def verified_image(context: dg.AssetExecutionContext, site: SiteResource, regist
                              harbor_commit=image.lock_pin.commit, harbor_version=image.lock_pin.version or "",
                              consumer_commit=image.consumer_commit, findings=findings, smoke_job=smoke.job_id)
     provenance = slsa_statement(image=image, tpu=tpu, findings=findings, smoke=smoke)
+    # Signed and attached before the record exists: a verified record always has its attestation.
+    key = attest_signer.signing_key()
+    if key is None:
+        context.log.warning(f"attestation {UNSIGNED}")
+        signed = {"attestation": dg.MetadataValue.text(UNSIGNED)}
+    else:
+        signed = attest(config, registry, key, repository=ImageRef.parse(tpu.image).repository, digest=image.digest,
+                        statement=provenance).metadata()
     return dg.Output(
         verified,
         data_version=dg.DataVersion(image.digest),
@@ -176,6 +188,7 @@ def verified_image(context: dg.AssetExecutionContext, site: SiteResource, regist
             **commit_entries(config.links, "consumer_commit", tpu.consumer_repo, image.consumer_commit),
             "gitsha": dg.MetadataValue.text(image.gitsha),
             "provenance": dg.MetadataValue.json(provenance),
+            **signed,
             "verification": dg.MetadataValue.md("\n".join(f"- **{n}**: {f.description}" for n, f in findings.items())
                                                 + f"\n- **smoke**: job {smoke.job_id} {smoke.state}"),
         },

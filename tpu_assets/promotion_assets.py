@@ -17,6 +17,7 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvCli, UvLock
+from tpu_assets.attestation import require_attestation
 from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
     FLOATING_TAG,
@@ -108,7 +109,7 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         current = registry.resolve(repository=repository, reference=tag)
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
         found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
-        verified = verified_history(context.instance)
+        verified, attested = verified_history(context.instance), ""
         try:
             build, override = config.build, None
             # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).
@@ -120,6 +121,14 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
                                           build=build, must_contain=config.must_contain)
             if config.action == "rollback" and move is not None:
                 refuse_rejected_rollback(context.instance, move.build)
+            if move is not None and move.to_digest is not None and move.to_digest != current:
+                target = next((v for v in verified if v.digest == move.to_digest and v.build == move.build), None)
+                attested = require_attestation(cfg, registry, repository=repository, digest=move.to_digest,
+                                               target=target)
+                if attested.startswith("attested"):
+                    context.log.info(attested)
+                else:  # the site has no [attest]: said on every move, so nobody mistakes it for checked
+                    context.log.warning(f"attestation {attested}")
         except Exception:  # refused (or git failed): what the registry showed is still recorded
             for outside in found:
                 record(outside)
@@ -150,7 +159,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(ours.to_digest or "none"),
             metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
-                      **changes, **override_entries(override)},
+                      **changes, **override_entries(override),
+                      **({"attestation": dg.MetadataValue.text(attested)} if attested else {})},
         )
         for outside in later:
             record(outside)

@@ -25,6 +25,7 @@ from tpu_assets.lock_assets import HARBOR_LOCK, lock_metadata
 from tpu_assets.models import HarborLock
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.promotion import PromotionRefused, rollback_plan
+from tpu_assets.rejection_assets import refuse_rejected_rollback
 from tpu_assets.rollback import Candidate, RollbackPlan, TagMove, VerifiedBuild
 from tpu_assets.runtime_pin import pin_runtime
 
@@ -126,6 +127,7 @@ def runtime_only(context: dg.AssetExecutionContext, site: SiteConfig, git: GitRe
     context.log.info(plan.explain())
     if plan.target is None or plan.target.build is None or plan.target.harbor_commit is None:
         raise PromotionRefused(f"runtime rollback refused, nothing was pushed:\n{plan.explain()}")
+    refuse_rejected_rollback(context.instance, plan.target.build)  # as an image rollback's target is
     _, locked = locked_harbor(site, git)
     if plan.target.harbor_commit == locked:
         raise PromotionRefused(f"runtime rollback refused: uv.lock already pins harbor {locked[:8]} (build "

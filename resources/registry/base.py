@@ -254,6 +254,27 @@ class Registry(dg.ConfigurableResource):
             self._put_manifest(repository, stored, tag, self._pinned_guard(repository, tag, stored.digest))
         return stored.digest
 
+    def stored(self, *, repository: str, reference: str) -> RawManifest | None:
+        """The exact stored bytes of a manifest or index (an index is not followed), or None."""
+        check_repository(repository)
+        check_reference(reference)
+        return self._get_manifest(repository, reference)
+
+    def read_blob(self, *, repository: str, descriptor: Descriptor, limit: int) -> bytes:
+        """A small blob's bytes, checked against its digest; RegistryError over `limit` bytes."""
+        check_repository(repository)
+        check_digest(descriptor.digest)
+        return self._read_blob(repository, descriptor, limit=limit)
+
+    def referrers(self, *, repository: str, digest: str, artifact_type: str) -> list[Descriptor] | None:
+        """The manifests whose `subject` is `digest` and whose artifactType is `artifact_type` (OCI 1.1
+        referrers API); None when the registry has no referrers API (then cosign's tag scheme holds)."""
+        check_repository(repository)
+        check_digest(digest)
+        found = self._referrers(repository, digest, artifact_type)
+        # The filter is optional for a registry (OCI-Filters-Applied): applied here whatever it did.
+        return None if found is None else [d for d in found if d.artifact_type == artifact_type]
+
     def open_blob(self, *, repository: str, digest: str) -> BinaryIO:
         """A stream of a blob's bytes (the caller closes it)."""
         check_repository(repository)
@@ -348,6 +369,10 @@ class Registry(dg.ConfigurableResource):
             )
         return data
 
+
+    def _referrers(self, repository: str, digest: str, artifact_type: str) -> list[Descriptor] | None:
+        """The referrers API's answer; None: this backend has none (an image layout directory)."""
+        return None
 
     def _absence(self, repository: str, reference: str) -> str:
         return "absent"

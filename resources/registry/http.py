@@ -24,9 +24,12 @@ from pydantic import Field, PrivateAttr
 
 from resources.registry.base import Registry
 from resources.registry.cache import BlobCache, default_cache_dir
+from resources.registry.referrers import MAX_REFERRER_PAGES, next_page, parse_referrers
 from resources.registry.refs import (
     MANIFEST_ACCEPT,
     MAX_MANIFEST_BYTES,
+    OCI_INDEX,
+    Descriptor,
     RawManifest,
     RegistryError,
     TagGuard,
@@ -192,6 +195,23 @@ class HttpRegistry(Registry):
         put = self._send("PUT", repository, url, digest, data=body,
                          headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
         self._expect(put, (201, 204), "PUT", repository, digest, hint="the blob upload was refused")
+
+    def _referrers(self, repository: str, digest: str, artifact_type: str) -> list[Descriptor] | None:
+        """GET /v2/<name>/referrers/<digest> (OCI distribution 1.1), following `Link: rel="next"` pages.
+        A 404 is a registry without the API (distribution 2.8): a registry that has it answers an
+        empty index for a digest nothing refers to."""
+        url, found = with_query(f"{self.base_url}/v2/{repository}/referrers/{digest}", artifactType=artifact_type), []
+        for _ in range(MAX_REFERRER_PAGES):
+            resp = self._send("GET", repository, url, digest, headers={"Accept": OCI_INDEX})
+            with contextlib.closing(resp):
+                if resp.status_code == 404 and not found:
+                    return None
+                self._expect(resp, (200,), "GET", repository, digest, hint="the referrers API failed")
+                found += parse_referrers(resp.content, f"GET {self._where(repository, digest)} referrers")
+                url = next_page(resp.headers.get("Link"), self.base_url)
+            if url is None:
+                return found
+        raise RegistryError(f"GET {self._where(repository, digest)} referrers: over {MAX_REFERRER_PAGES} pages")
 
     def _location(self) -> str:
         return self.host

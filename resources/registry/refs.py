@@ -111,6 +111,7 @@ class Descriptor(BaseModel):
     digest: str
     size: int
     annotations: dict[str, str] = Field(default_factory=dict)
+    artifact_type: str = ""  # OCI 1.1: what an artifact manifest (a referrer) is, e.g. an in-toto statement
 
 
 class Manifest(BaseModel):
@@ -192,6 +193,7 @@ def descriptor_of(entry: dict) -> Descriptor:
         digest=entry["digest"],
         size=int(entry.get("size", 0)),
         annotations=entry.get("annotations") or {},
+        artifact_type=entry.get("artifactType") or "",
     )
 
 

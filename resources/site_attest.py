@@ -1,0 +1,89 @@
+"""``[attest]``: signed attestations — the key that signs `tpu/verified_image`, the keys promotion trusts.
+
+With the table, every verified build gets an in-toto statement signed with $key_env pushed beside
+it in the registry, and promote/rollback refuse a target without a valid one by a trusted key.
+Without it nothing is signed or checked, and both say so in their logs and metadata: the record of
+"verified" is then only as safe as write access to the Dagster instance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator
+
+from resources.attest import AttestError, TrustedKey, load_public_key
+from resources.errors import FileFormatError
+from resources.site_fields import Table
+from resources.tomlfile import key_line
+
+if TYPE_CHECKING:
+    from resources.site import SiteConfig
+
+_PEM = "-----BEGIN"
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
+class AttestSection(Table):
+    """``[attest]``: see the module docstring."""
+
+    key_env: str = Field(
+        description="NAME of the env var holding the ECDSA P-256 private key (PEM) that signs attestations.")
+    trusted_keys: list[str] = Field(
+        min_length=1,
+        description="Public keys (PEM) promotion accepts signatures of: a path (relative to the site file), "
+        "or the PEM text itself.",
+    )
+
+    @field_validator("trusted_keys")
+    @classmethod
+    def _keys(cls, value: list[str]) -> list[str]:
+        for n, entry in enumerate(value, start=1):
+            text = entry.strip()
+            if not text:
+                raise ValueError(f"entry #{n} is empty: give a public key file's path or its PEM text")
+            if text.startswith(_PEM):
+                try:
+                    load_public_key(text.encode(), source=f"entry #{n}")
+                except AttestError as exc:
+                    raise ValueError(str(exc)) from None
+            elif "\n" in text or "\0" in text:
+                raise ValueError(f"entry #{n} is neither a PEM (-----BEGIN PUBLIC KEY-----) nor a file path")
+        return value
+
+
+def trusted_keys(site: SiteConfig) -> list[TrustedKey]:
+    """The keys `[attest] trusted_keys` names, read and checked; FileFormatError names the site file's line."""
+    assert site.attest is not None
+    keys = []
+    for n, entry in enumerate(site.attest.trusted_keys, start=1):
+        text = entry.strip()
+        try:
+            if text.startswith(_PEM):
+                keys.append(load_public_key(text.encode(), source=f"[attest] trusted_keys #{n} (inline)"))
+                continue
+            path = site.resolve_path(text)
+            keys.append(load_public_key(_read_key_file(path), source=str(path)))
+        except AttestError as exc:
+            line = _line(site)
+            raise FileFormatError(site.path, line, f"[attest] trusted_keys #{n}: {exc}") from None
+    return keys
+
+
+def _read_key_file(path: Path) -> bytes:
+    try:
+        if not path.is_file():
+            raise AttestError(f"{path} is not a file (a public key PEM, e.g. cosign.pub)")
+        if path.stat().st_size > MAX_KEY_FILE_BYTES:
+            raise AttestError(f"{path} is over {MAX_KEY_FILE_BYTES} bytes: not a public key")
+        return path.read_bytes()
+    except OSError as exc:
+        raise AttestError(f"{path} cannot be read ({exc.strerror})") from None
+
+
+def _line(site: SiteConfig) -> int | None:
+    try:
+        return key_line(site.path.read_text(encoding="utf-8"), ("attest",), "trusted_keys")
+    except OSError:
+        return None
