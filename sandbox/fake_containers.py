@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn
@@ -544,15 +545,27 @@ def stop(containers: Containers, argv: list[str]) -> int:
             i += 1
     if not refs:
         _err('"docker stop" requires at least 1 argument.\nSee \'docker stop --help\'.')
+
+    def stop_it(cid: str) -> bool:
+        stop_one(containers, cid, timeout)
+        return True
+
+    return _each(containers, refs, stop_it)
+
+
+def _each(containers: Containers, refs: list[str], act: Callable[[str], bool]) -> int:
+    """docker's loop over named containers: each found one is acted on and echoed when `act` succeeds;
+    an unknown one is said on stderr; the exit is 1 if any failed."""
     code = 0
     for ref in refs:
         cid = containers.find(ref)
         if cid is None:
             print(f"Error response from daemon: No such container: {ref}", file=sys.stderr)
             code = 1
-            continue
-        stop_one(containers, cid, timeout)
-        print(ref)
+        elif act(cid):
+            print(ref)
+        else:
+            code = 1
     return code
 
 
@@ -578,23 +591,18 @@ def rm(containers: Containers, argv: list[str]) -> int:
     refs = [a for a in argv if not a.startswith("-")]
     if not refs:
         _err('"docker rm" requires at least 1 argument.\nSee \'docker rm --help\'.')
-    code = 0
-    for ref in refs:
-        cid = containers.find(ref)
-        if cid is None:
-            print(f"Error response from daemon: No such container: {ref}", file=sys.stderr)
-            code = 1
-            continue
+
+    def remove(cid: str) -> bool:
         if containers.status(cid)["Status"] == "running":
             if not force:
                 print(f'Error response from daemon: cannot remove container "{containers.config(cid)["Name"]}": '
                       "container is running: stop the container before removing or force remove", file=sys.stderr)
-                code = 1
-                continue
+                return False
             stop_one(containers, cid, 0)
         _remove(containers, cid)
-        print(ref)
-    return code
+        return True
+
+    return _each(containers, refs, remove)
 
 
 def stop_sandbox_containers(sandbox_root: Path) -> None:

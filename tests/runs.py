@@ -9,7 +9,7 @@ import git
 
 from resources.registry import ImageRef, registry_for
 from resources.site import load_site
-from sandbox.world import Sandbox
+from sandbox.world import Sandbox, advance_harbor
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE, SMOKE
@@ -97,3 +97,18 @@ class Pipeline:
 
     def pinned(self, commit: str) -> str | None:
         return self.registry.resolve(repository=self.repository, reference=f"tpu-{self.gitsha(commit)}")
+
+
+def two_verified_builds(p: Pipeline) -> tuple[list[str], list[dg.AssetMaterialization]]:
+    """relock -> build -> checks -> smoke -> verified, twice: the harbor fix, then a later commit that keeps
+    it. Returns the two builds and the verified_image records, oldest first."""
+    builds = []
+    for fix in (True, False):
+        advance_harbor(p.sb.root, fix=fix)
+        commit = p.relock()
+        result = p.build(commit)
+        assert result.success, failure_message(result)
+        builds.append(commit)
+    records = [r.asset_materialization for r in p.instance.fetch_materializations(
+        VERIFIED_IMAGE, limit=10, ascending=True).records]
+    return builds, [r for r in records if r is not None]

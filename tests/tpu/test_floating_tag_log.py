@@ -31,12 +31,12 @@ from resources.git import git_for
 from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
 from sandbox.fake_iris import stop_all
-from sandbox.world import Sandbox, advance_harbor, up
+from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources
 from tests.postgres_server import PostgresServer, running_postgres
 from tests.registry_server import RegistryServer, running_registry
 from tests.report import count
-from tests.runs import Pipeline, failure_message, materialize, metadata
+from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
 from tests.servers import log_tail
 from tests.tpu import yield_in_lock
 from tests.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
@@ -50,7 +50,7 @@ from tests.tpu.registries import (
 )
 from tpu_assets import promotion_assets
 from tpu_assets.definitions import defs
-from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, log_state, tag_history
+from tpu_assets.history import FLOATING_TAG, log_state, tag_history
 from tpu_assets.promotion import TAG_MOVES_POOL, floating_tag_lock_name, plan_for
 from tpu_assets.rollback import TagMove
 from tpu_assets.tag_lock import floating_tag_lock
@@ -90,18 +90,10 @@ def built(registry_server: RegistryServer, tmp_path_factory: pytest.TempPathFact
     with dg.instance_for_test() as instance:
         p = Pipeline(sb, sandbox_resources(sb, tmp / "cache"), instance)
         try:
-            builds = []
-            for fix in (True, False):
-                advance_harbor(sb.root, fix=fix)
-                commit = p.relock()
-                result = p.build(commit)
-                assert result.success, failure_message(result)
-                builds.append(commit)
-            records = [r.asset_materialization for r in instance.fetch_materializations(
-                VERIFIED_IMAGE, limit=10, ascending=True).records]
+            builds, records = two_verified_builds(p)
             hand = push_hand_made_image(HttpRegistry(host=registry_server.host), repository=p.repository)
             yield Built(sb=sb, host=registry_server.host, repository=p.repository,
-                        records=[r for r in records if r is not None], builds=(builds[0], builds[1]),
+                        records=records, builds=(builds[0], builds[1]),
                         digests={b: p.pinned(b) or "" for b in builds}, hand=hand)
         finally:
             stop_all(sb.iris_home)

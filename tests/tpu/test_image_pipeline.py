@@ -23,7 +23,6 @@ from sandbox.fake_iris import stop_all
 from sandbox.world import (
     SANDBOX_TOKEN_ENV,
     SANDBOX_TOKEN_VALUE,
-    Sandbox,
     advance_harbor,
     up,
     use_iris_contract,
@@ -37,16 +36,6 @@ from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
 
 pytestmark = pytest.mark.heavy(150)  # seconds, about: the order parallel workers take modules in
-
-
-@pytest.fixture
-def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Iterator[Pipeline]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("")
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
-        yield Pipeline(sb, resources, instance)
-    stop_all(sb.iris_home)
 
 
 @pytest.fixture(params=["layout", "docker-registry"])

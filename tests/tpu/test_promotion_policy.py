@@ -25,9 +25,9 @@ from lockstep.cli import main
 from resources.registry import ImageRef, registry_for
 from resources.site import SiteResource, load_site
 from sandbox.fake_iris import stop_all
-from sandbox.world import Sandbox, advance_harbor, up
+from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources
-from tests.runs import Pipeline, failure_message, materialize, metadata
+from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 from tpu_assets.promotion_policy import shown, utc
@@ -56,16 +56,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     with dg.instance_for_test() as instance:
         p = Pipeline(sb, sandbox_resources(sb, tmp / "cache"), instance)
         try:
-            builds = []
-            for fix in (True, False):  # the fix, then a later harbor commit that keeps it
-                advance_harbor(sb.root, fix=fix)
-                commit = p.relock()
-                result = p.build(commit)
-                assert result.success, failure_message(result)
-                builds.append(commit)
-            records = [r.asset_materialization for r in instance.fetch_materializations(
-                VERIFIED_IMAGE, limit=10, ascending=True).records]
-            yield Built(sb=sb, records=[r for r in records if r is not None], builds=(builds[0], builds[1]),
+            builds, records = two_verified_builds(p)
+            yield Built(sb=sb, records=records, builds=(builds[0], builds[1]),
                         digests={b: p.pinned(b) or "" for b in builds})
         finally:
             stop_all(sb.iris_home)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -20,7 +19,6 @@ from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
 from resources.uv import UvLock, uv_binary
-from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, advance_harbor
 from tests.conftest import remote_file, remote_head
 from tests.runs import Pipeline, failure_message, materialize
@@ -30,16 +28,6 @@ from tpu_assets.harbor_hold import HOLD, LOCK_ACTION, read_hold
 from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK
 
 pytestmark = pytest.mark.heavy(120)  # seconds, about, unloaded (two tests, two builds each)
-
-
-@pytest.fixture
-def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Iterator[Pipeline]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("")
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
-        yield Pipeline(sb, resources, instance)
-    stop_all(sb.iris_home)
 
 
 def promoted(p: Pipeline, *, fix: bool = False) -> tuple[str, str]:
