@@ -35,6 +35,7 @@ from resources.names import (
     url_scheme,
 )
 from resources.secrets import redact
+from resources.site_alerts import AlertsSection
 from resources.site_attest import AttestSection, trusted_keys
 from resources.site_fields import (
     Branch,
@@ -328,6 +329,7 @@ class SiteConfig(Table):
     spark: SparkSection | None = None
     links: LinksSection = Field(default_factory=LinksSection)
     attest: AttestSection | None = None
+    alerts: AlertsSection = Field(default_factory=AlertsSection)
     _path: Path = PrivateAttr(default=Path("site.toml"))
     _digest: str = PrivateAttr(default="")
 
@@ -389,6 +391,7 @@ class SiteConfig(Table):
             for field, value in section:
                 if field.endswith("_env") and value:
                     names.append(value)
+        names += [hook.url_env for hook in self.alerts.webhook]
         return names
 
 

@@ -15,6 +15,7 @@ from resources.site import (
     with_owners,
 )
 from resources.uv import UvCli
+from sensors.alerts import build_alert_sensor
 from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
@@ -90,6 +91,9 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
             build_auto_promote_sensor(job_name=promote_tpu.name),
             build_floating_tag_watch(),
+            # The one alert path (the event log is the instance's, not a location's: a second copy would
+            # post every event twice).
+            build_alert_sensor(),
         ],
         resources=tpu_resources(site),
     )

@@ -1,0 +1,51 @@
+"""``[alerts]``: where lockstep tells people that something needs them (Slack-compatible webhooks).
+
+The site names each webhook's URL only by the environment variable that holds it: a webhook URL is a
+credential (anyone holding it can post), so it is resolved by the alert sensor at send time and
+never logged. Every check raises through pydantic so the site loader adds file and line.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, HttpUrl, model_validator
+
+from resources.site_fields import Table
+from resources.site_rules import KeyRefused
+
+AlertKind = Literal["run_failure", "check_failure", "hold", "tag_moved", "branch_gone"]
+ALL_KINDS: tuple[AlertKind, ...] = ("run_failure", "check_failure", "hold", "tag_moved", "branch_gone")
+
+
+class Webhook(Table):
+    """``[[alerts.webhook]]``: one receiver of alerts."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = Field(
+        description="Shown in logs instead of the URL, e.g. 'ops-slack'.")
+    url_env: str = Field(description="NAME of the environment variable holding the webhook URL (a secret).")
+    events: list[AlertKind] | None = Field(
+        default=None, description=f"Only these kinds ({', '.join(ALL_KINDS)}); unset: all of them.")
+
+    def wants(self, kind: str) -> bool:
+        return self.events is None or kind in self.events
+
+
+class AlertsSection(Table):
+    """``[alerts]``: the webserver the alerts link to and the webhooks they go to."""
+
+    base_url: HttpUrl = Field(default=HttpUrl("http://127.0.0.1:3000"),
+                              description="The Dagster webserver's URL, for the run and asset links in each alert.")
+    webhook: list[Webhook] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> AlertsSection:
+        seen: set[str] = set()
+        for i, hook in enumerate(self.webhook):
+            if hook.name in seen:
+                raise KeyRefused(("webhook", i, "name"), f"webhook name {hook.name!r} appears more than once")
+            seen.add(hook.name)
+        return self
+
+    def link(self, path: str) -> str:
+        return f"{str(self.base_url).rstrip('/')}/{path.lstrip('/')}"

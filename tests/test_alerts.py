@@ -1,0 +1,260 @@
+"""The alert sensor posts each event once to a real HTTP receiver, keeps the URL secret, and retries.
+
+The receiver is an http.server on 127.0.0.1 in a thread, stopped by each test. The events are real
+event-log records: runs that fail (an asset that raises, a blocking check that fails) executed on a
+test instance, holds and an outside move recorded as the floating-tag and harbor-lock
+materializations lockstep's own assets write, and a harbor branch deleted from the sandbox remote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from resources.alerts import Alert, AlertNotDelivered, deliver
+from resources.errors import FileFormatError
+from resources.site import load_site
+from sandbox.world import HARBOR_BRANCH, Sandbox
+from tests.conftest import sandbox_resources
+from tpu_assets.definitions import defs as tpu_defs
+from tpu_assets.harbor_hold import hold_entries
+from tpu_assets.history import FLOATING_TAG
+
+HOOK_ENV = "LOCKSTEP_TEST_ALERT_HOOK"
+SECRET_PATH = "/services/T0KEN-s3cret-alert-hook"
+
+
+class Receiver:
+    """Answers each POST with the next scripted status (then 200) and keeps the bodies it answered 2xx."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses = list(statuses)
+        self.delivered: list[dict[str, object]] = []
+        self.requests = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                receiver.requests += 1
+                if status < 300:
+                    receiver.delivered.append(body)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{SECRET_PATH}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver([])
+    yield r
+    r.stop()
+
+
+SANDBOX_ALERTS = '[alerts]\nbase_url = "http://127.0.0.1:3000/"\nwebhook = []\n'
+
+
+def with_webhook(sb: Sandbox, events: str = "") -> None:
+    """The sandbox's site, whose [alerts] names no webhook, with one."""
+    text = sb.site_file.read_text()
+    assert SANDBOX_ALERTS in text
+    sb.site_file.write_text(text.replace(SANDBOX_ALERTS, (
+        f'[alerts]\nbase_url = "http://dagster.example:3000"\n\n[[alerts.webhook]]\nname = "ops"\n'
+        f'url_env = "{HOOK_ENV}"\n{events}\n')))
+
+
+class Ticker:
+    def __init__(self, sb: Sandbox, instance: dg.DagsterInstance, tmp_path: Path) -> None:
+        res = sandbox_resources(sb, tmp_path / "cache")
+        self.resources = {"site": res["site"], "git": res["git"]}
+        self.instance = instance
+        self.cursor: str | None = None
+        self.seen: list[str] = []  # everything a tick hands back: cursors and skip reasons
+
+    def __call__(self) -> dg.SensorResult:
+        with dg.build_sensor_context(cursor=self.cursor, instance=self.instance, resources=self.resources) as ctx:
+            result = tpu_defs.resolve_sensor_def("alert_sensor")(ctx)
+        self.cursor = result.cursor
+        self.seen += [result.cursor or "", result.skip_reason.skip_message if result.skip_reason else ""]
+        return result
+
+
+@dg.asset
+def boom() -> None:
+    raise RuntimeError("kaniko exited 1")
+
+
+@dg.asset
+def lock_file() -> int:
+    return 1
+
+
+@dg.asset_check(asset=lock_file, blocking=True)
+def lock_agrees() -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=False, description="uv.lock and Dockerfile disagree")
+
+
+def new_texts(receiver: Receiver, before: int) -> list[str]:
+    return [str(body["text"]) for body in receiver.delivered[before:]]
+
+
+def test_each_event_is_delivered_once_with_its_link_and_the_url_stays_secret(
+    sb: Sandbox, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with_webhook(sb)
+    monkeypatch.setenv(HOOK_ENV, receiver.url)
+    assert HOOK_ENV in load_site(sb.site_file).secret_env_names()  # the secret canary covers it
+    with dg.instance_for_test() as instance:
+        tick = Ticker(sb, instance, tmp_path)
+        tick()
+        assert receiver.delivered == []  # a new sensor starts at the present; both branches exist
+
+        def phase(make: object) -> list[str]:
+            before = len(receiver.delivered)
+            make()  # type: ignore[operator]
+            tick()
+            texts = new_texts(receiver, before)
+            tick()  # a second tick delivers nothing again
+            assert len(receiver.delivered) == before + len(texts)
+            return texts
+
+        failed = dg.materialize([boom], instance=instance, raise_on_error=False)
+        [text] = phase(lambda: None)
+        assert "run of `__ephemeral_asset_job__` failed" in text
+        assert f"http://dagster.example:3000/runs/{failed.run_id}" in text
+
+        texts = phase(lambda: dg.materialize([lock_file, lock_agrees], instance=instance, raise_on_error=False))
+        [check] = [t for t in texts if "blocking check" in t]
+        assert "`lock_agrees` on `lock_file` failed" in check
+        assert "http://dagster.example:3000/assets/lock_file?view=checks" in check
+        # The blocking check fails its run too: that run's failure is its own (one) alert.
+        assert len(texts) == 2 and sum("failed:" in t and "run of" in t for t in texts) == 1
+
+        def rollback() -> None:
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                FLOATING_TAG, metadata={"action": "rollback", "hold": True, "to_digest": "sha256:" + "a" * 64}))
+        [hold] = phase(rollback)
+        assert "floating tag rollback" in hold and "HOLD set" in hold
+        assert "http://dagster.example:3000/assets/tpu/floating_tag" in hold
+
+        def runtime_pin() -> None:
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                dg.AssetKey(["tpu", "harbor_lock"]),
+                metadata=hold_entries(action="runtime_pin", held=True, reason="rollback to build 7")))
+        [harbor] = phase(runtime_pin)
+        assert "harbor HOLD set (rollback to build 7)" in harbor
+
+        def outside_move() -> None:
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                FLOATING_TAG, metadata={"action": "observed", "hold": False, "to_digest": "sha256:" + "b" * 64}))
+        [moved] = phase(outside_move)
+        assert "moved outside lockstep" in moved
+
+        def relock() -> None:  # an ordinary re-lock is not news
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                dg.AssetKey(["tpu", "harbor_lock"]), metadata=hold_entries(action="relock", held=False, reason="")))
+        assert phase(relock) == []
+
+        def delete_branch() -> None:
+            subprocess.run(["git", "-C", str(sb.harbor), "update-ref", "-d", f"refs/heads/{HARBOR_BRANCH}"], check=True)
+        [gone] = phase(delete_branch)
+        assert f"harbor branch `{HARBOR_BRANCH}` no longer exists" in gone
+        assert all(body["blocks"] for body in receiver.delivered)  # Slack blocks beside the text
+
+        out, err = capfd.readouterr()
+        logged = caplog.text + out + err + "".join(tick.seen) + json.dumps(receiver.delivered)
+        logged += json.dumps([str(r.event_log_entry) for r in instance.fetch_materializations(
+            FLOATING_TAG, limit=100).records])
+        assert SECRET_PATH not in logged and receiver.url not in logged
+
+
+def test_a_refused_delivery_is_retried_and_lands_once(
+    sb: Sandbox, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_webhook(sb, events='events = ["run_failure"]')
+    monkeypatch.setenv(HOOK_ENV, receiver.url)
+    with dg.instance_for_test() as instance:
+        tick = Ticker(sb, instance, tmp_path)
+        tick()
+        dg.materialize([boom], instance=instance, raise_on_error=False)
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            FLOATING_TAG, metadata={"action": "rollback", "hold": True, "to_digest": "sha256:" + "a" * 64}))
+        receiver.statuses = [500]
+        tick()
+        tick()
+        assert receiver.requests == 2  # a 500, then the retry's 200; the hold is not in `events`
+        [body] = receiver.delivered
+        assert "run of `__ephemeral_asset_job__` failed" in str(body["text"])
+
+
+def test_a_receiver_that_keeps_failing_holds_the_cursor_then_gives_up(
+    sb: Sandbox, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with_webhook(sb)
+    monkeypatch.setenv(HOOK_ENV, receiver.url)
+    monkeypatch.setattr("sensors.alerts.deliver", lambda url, alert: deliver(url, alert, backoff_s=0.01))
+    with dg.instance_for_test() as instance:
+        tick = Ticker(sb, instance, tmp_path)
+        tick()
+        dg.materialize([boom], instance=instance, raise_on_error=False)
+        receiver.statuses = [500] * 6  # two ticks of three tries each
+        tick()
+        tick()
+        assert receiver.delivered == [] and receiver.requests == 6
+        tick()  # the third tick's tries succeed: the event was kept, not skipped
+        assert len(receiver.delivered) == 1
+        receiver.statuses = [500] * 9
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            FLOATING_TAG, metadata={"action": "release_hold", "hold": False, "to_digest": "sha256:" + "c" * 64}))
+        for _ in range(3):
+            tick()
+        assert len(receiver.delivered) == 1  # given up after three ticks of refusals ...
+        tick()
+        assert receiver.requests == 6 + 1 + 9  # ... and not tried again
+        out, err = capfd.readouterr()
+        logged = caplog.text + out + err
+        assert "given up" in logged and "not delivered: HTTP 500" in logged
+        assert SECRET_PATH not in logged
+
+
+def test_an_unreachable_receiver_error_does_not_carry_the_url() -> None:
+    r = Receiver([])
+    url = r.url
+    r.stop()  # nothing listens on that port now
+    with pytest.raises(AlertNotDelivered) as err:
+        deliver(url, Alert(kind="run_failure", text="x", url="http://h/runs/1"), backoff_s=0.01)
+    assert SECRET_PATH not in str(err.value) and "127.0.0.1" not in str(err.value)
+
+
+def test_a_webhook_url_in_the_site_file_is_refused_with_its_line(sb: Sandbox) -> None:
+    sb.site_file.write_text(sb.site_file.read_text().replace(
+        SANDBOX_ALERTS, '[[alerts.webhook]]\nname = "ops"\nurl_env = "https://hooks.slack.com/services/x"\n'))
+    with pytest.raises(FileFormatError) as err:
+        load_site(sb.site_file)
+    assert "alerts.webhook" in str(err.value) and "NAME of an environment variable" in str(err.value)
