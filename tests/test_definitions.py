@@ -41,7 +41,7 @@ def test_tpu_graph_shape() -> None:
     for name in ("relock_harbor", "release_harbor_hold", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold"):
         assert tpu_defs.resolve_job_def(name) is not None
     assert sorted(s.name for s in repo.sensor_defs) == [
-        "auto_promote_sensor", "consumer_rebuild_sensor", "floating_tag_watch", "harbor_branch_sensor"]
+        "alert_sensor", "auto_promote_sensor", "consumer_rebuild_sensor", "floating_tag_watch", "harbor_branch_sensor"]
     jovian = jovian_defs.get_repository_def()
     assert {k.to_user_string() for k in jovian.asset_graph.get_all_asset_keys()} == {
         "jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
