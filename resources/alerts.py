@@ -91,8 +91,9 @@ def alert_for(alerts: AlertsSection, entry: dg.EventLogEntry) -> Alert | None:
     return None
 
 
-def branch_gone_alert(alerts: AlertsSection, *, which: str, branch: str, where: str, asset: dg.AssetKey) -> Alert:
-    url = asset_link(alerts, asset)
+def branch_gone_alert(alerts: AlertsSection, *, which: str, branch: str, where: str, sensor_page: str) -> Alert:
+    """`sensor_page`: the watching sensor's page (`locations/<location>/sensors/<name>`), where its skips show."""
+    url = alerts.link(sensor_page)
     return Alert(kind="branch_gone", url=url,
                  text=f":warning: the {which} branch `{branch}` no longer exists on {where}: nothing follows it "
                       f"until the site names the branch that replaced it\n{url}")

@@ -34,8 +34,9 @@ from tpu_assets.history import FLOATING_TAG
 
 MAX_FAILED_TICKS = 3
 _PAGE = 100
-HARBOR_HEAD = dg.AssetKey(["tpu", "harbor_head"])
-LAB_REVS = dg.AssetKey(["jovian", "lab_revs"])
+# The sensors that watch each branch, by their pages in the UI (the default repository of a location).
+HARBOR_SENSOR_PAGE = "locations/tpu/sensors/harbor_branch_sensor"
+LAB_SENSOR_PAGE = "locations/jovian/sensors/lab_rev_sensor"
 
 
 
@@ -106,10 +107,10 @@ def _wanting(hooks: list[Webhook], alert: Alert) -> set[str]:
     return {h.name for h in hooks if h.wants(alert.kind) and os.environ.get(h.url_env)}
 
 
-def _branches(site: SiteConfig) -> list[tuple[str, str, str, dg.AssetKey]]:
-    out = [("harbor", site.tpu.harbor_repo, site.tpu.harbor_branch, HARBOR_HEAD)]
+def _branches(site: SiteConfig) -> list[tuple[str, str, str, str]]:
+    out = [("harbor", site.tpu.harbor_repo, site.tpu.harbor_branch, HARBOR_SENSOR_PAGE)]
     if site.jovian is not None:
-        out.append(("lab", site.jovian.lab_repo, site.jovian.lab_branch, LAB_REVS))
+        out.append(("lab", site.jovian.lab_repo, site.jovian.lab_branch, LAB_SENSOR_PAGE))
     return out
 
 
@@ -138,14 +139,14 @@ def build_alert_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorDefini
             cursor = AlertCursor(after=context.instance.event_log_storage.get_maximum_record_id() or 0)
         hooks = alerts.webhook
         sent = 0
-        for which, repo, branch, asset in _branches(config):
+        for which, repo, branch, page in _branches(config):
             try:
                 gone = git.ls_remote(url=repo, branch=branch) is None
             except LockstepError as exc:  # unreachable is not gone: say nothing until it answers
                 context.log.warning(f"cannot read the {which} branch: {exc}")
                 continue
             if gone and not cursor.gone.get(which):
-                alert = branch_gone_alert(alerts, which=which, branch=branch, where=redact(repo), asset=asset)
+                alert = branch_gone_alert(alerts, which=which, branch=branch, where=redact(repo), sensor_page=page)
                 if not _wanting(hooks, alert) <= set(_send(context, hooks, alert, [])):
                     continue  # not recorded as known: tried again next tick
                 sent += 1

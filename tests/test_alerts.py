@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlparse
 
 import dagster as dg
 import pytest
@@ -183,6 +184,7 @@ def test_each_event_is_delivered_once_with_its_link_and_the_url_stays_secret(
             subprocess.run(["git", "-C", str(sb.harbor), "update-ref", "-d", f"refs/heads/{HARBOR_BRANCH}"], check=True)
         [gone] = phase(delete_branch)
         assert f"harbor branch `{HARBOR_BRANCH}` no longer exists" in gone
+        assert "http://dagster.example:3000/locations/tpu/sensors/harbor_branch_sensor" in gone
         assert all(body["blocks"] for body in receiver.delivered)  # Slack blocks beside the text
 
         out, err = capfd.readouterr()
@@ -190,6 +192,25 @@ def test_each_event_is_delivered_once_with_its_link_and_the_url_stays_secret(
         logged += json.dumps([str(r.event_log_entry) for r in instance.fetch_materializations(
             FLOATING_TAG, limit=100).records])
         assert SECRET_PATH not in logged and receiver.url not in logged
+
+
+def test_a_vanished_lab_branch_is_posted_once(
+    sb: Sandbox, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_webhook(sb, events='events = ["branch_gone"]')
+    monkeypatch.setenv(HOOK_ENV, receiver.url)
+    jovian = load_site(sb.site_file).jovian
+    assert jovian is not None
+    with dg.instance_for_test() as instance:
+        tick = Ticker(sb, instance, tmp_path)
+        tick()
+        lab = urlparse(jovian.lab_repo).path
+        subprocess.run(["git", "-C", lab, "update-ref", "-d", f"refs/heads/{jovian.lab_branch}"], check=True)
+        tick()
+        tick()
+        [body] = receiver.delivered
+        assert f"the lab branch `{jovian.lab_branch}` no longer exists" in str(body["text"])
+        assert "http://dagster.example:3000/locations/jovian/sensors/lab_rev_sensor" in str(body["text"])
 
 
 def test_a_refused_delivery_is_retried_and_lands_once(
