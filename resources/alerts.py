@@ -76,8 +76,9 @@ def alert_for(alerts: AlertsSection, entry: dg.EventLogEntry) -> Alert | None:
         if action == "observed":
             return Alert(kind="tag_moved", url=url,
                          text=f":warning: the floating tag moved outside lockstep, to {to}\n{url}")
-        if action in ("rollback", "release_hold") or (_value(meta, "hold") and action != "observed"):
-            state = "HOLD set" if _value(meta, "hold") else "hold released"
+        if action in ("rollback", "release_hold"):  # a promote is the expected path: not news
+            held = bool(_value(meta, "hold"))
+            state = "HOLD set" if held else "hold released" if action == "release_hold" else "no hold"
             return Alert(kind="hold", url=url,
                          text=f":pause_button: floating tag {action} to {to}: {state}\n{url}")
         return None
