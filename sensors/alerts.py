@@ -1,8 +1,9 @@
 """alert_sensor: one path from the event log (and the watched branches) to the site's webhooks.
 
-Run failures, failed blocking checks (run-failure sensors do not fire for those: dagster-io/dagster
-#29896), holds set and released, and tag moves made outside lockstep are read from the event log
-after the cursor's storage id; a watched branch that vanished is found with one ls-remote per branch.
+Run failures, holds set and released, and tag moves made outside lockstep are read from the event
+log after the cursor's storage id; each failed run's failed blocking checks from that run's own log
+(run-failure sensors do not fire for a failed check: dagster-io/dagster #29896); a watched branch that
+vanished is found with one ls-remote per branch.
 The cursor only moves past an event once every webhook that wants it took it, so a receiver that is
 down gets the event on a later tick; after MAX_FAILED_TICKS ticks of refusals the event is given up
 (a warning in the tick's log), so one broken receiver cannot stop every later alert.
