@@ -75,14 +75,15 @@ def new_records(instance: dg.DagsterInstance, after: int) -> list[dg.EventLogRec
 
 
 def _alerts(instance: dg.DagsterInstance, alerts: AlertsSection, record: dg.EventLogRecord) -> list[Alert]:
-    """What one record calls for: a failed run's failed blocking checks first, then the run itself."""
+    """What one record calls for: a failed run's failed blocking checks (each names the run: one alert per
+    incident, not a second one for the run they failed), else the run itself."""
     entry = record.event_log_entry
     checks: list[Alert] = []
     if entry.dagster_event is not None and entry.dagster_event.event_type == dg.DagsterEventType.RUN_FAILURE:
         evaluations = instance.all_logs(entry.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         checks = [a for e in evaluations if (a := alert_for(alerts, e)) is not None]
     own = alert_for(alerts, entry)
-    return checks + ([own] if own is not None else [])
+    return checks or ([own] if own is not None else [])
 
 
 def _send(context: dg.SensorEvaluationContext, hooks: list[Webhook], alert: Alert, already: list[str]) -> list[str]:
