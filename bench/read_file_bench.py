@@ -148,6 +148,8 @@ def main() -> None:
             print(f"{row.label}: bytes read / image bytes {percent(row.bytes_read, image_bytes)} (goal < 2%); "
                   f"seconds / full pull {percent(row.seconds, pull.seconds)} "
                   f"({pull.seconds / row.seconds:,.0f}x faster)")
+        print(f"RATIO read_file bytes read / image bytes: {percent(max(top.bytes_read, base.bytes_read), image_bytes)} "
+              "(goal < 2%)")
     finally:
         if server is not None:
             stop_registry(server)

@@ -254,6 +254,9 @@ def main() -> None:
         print(f"both verifications, registry bytes scan / old: {new_total / old_total:.3f} "
               f"({old_total / max(new_total, 1):.1f}x fewer bytes, "
               f"{(rows[0].seconds + rows[1].seconds) / (rows[2].seconds + rows[3].seconds):.1f}x faster)")
+        # The figure the table keeps, last: the scan's bytes over the deciding layers, and its worst GETs per layer.
+        print(f"RATIO verification bytes read / deciding-layer bytes: {rows[2].bytes_read / deciding:.2f} "
+              f"(goal <= 1.00), at most {max(rows[2].gets)} GET per layer (goal <= 1)")
     finally:
         if server is not None:
             stop_registry(server)
