@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path, PurePosixPath
-from urllib.parse import urljoin
 
 from pydantic import BaseModel
 
@@ -89,6 +88,28 @@ def _line_of(text: str, name: str, option: str) -> int | None:
     return hit
 
 
+def relative_submodule_url(parent_url: str, url: str) -> str:
+    """A `./` or `../` submodule url resolved against the parent's URL the way git resolves it: each
+    `../` drops one component of the parent (after a `/`, or the `:` of scp-like `host:path`).
+
+    Not urljoin: it leaves a relative url unresolved under a scheme it does not know as hierarchical
+    (`ssh://`, `git://`), so a vLLM fork served over ssh would lose its vendored cutlass."""
+    base, rest, sep = parent_url.rstrip("/"), url, "/"
+    scheme = base.find("://")
+    # Under a scheme only the path's `/`s separate components; the host (and its :port) stays.
+    floor = (base.find("/", scheme + 3) % (len(base) + 1)) if scheme >= 0 else 0  # no path: len(base)
+    while rest.startswith(("./", "../")):
+        if rest.startswith("./"):
+            rest = rest[2:]
+            continue
+        rest = rest[3:]
+        cut = base.rfind("/") if scheme >= 0 else max(base.rfind("/"), base.rfind(":"))
+        if cut < max(floor, 1):
+            return url  # above the host: unresolvable, and check_url refuses it naming the line
+        base, sep = base[:cut], base[cut]
+    return f"{base}{sep}{rest}"
+
+
 def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodules") -> dict[str, str]:
     """`.gitmodules` path -> absolute URL (relative URLs resolve against the parent's URL, as git does).
 
@@ -100,7 +121,7 @@ def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodul
             continue
         url = sub.url
         if url.startswith(("./", "../")):
-            url = urljoin(parent_url.rstrip("/") + "/", url)
+            url = relative_submodule_url(parent_url, url)
         try:
             check_relative_path(f"submodule {sub.name!r} path", sub.path)
         except NameRefused as exc:
