@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path, PurePosixPath
-from urllib.parse import urljoin
 
 from pydantic import BaseModel
 
@@ -89,6 +88,28 @@ def _line_of(text: str, name: str, option: str) -> int | None:
     return hit
 
 
+def relative_submodule_url(parent_url: str, url: str) -> str:
+    """A `./` or `../` submodule url resolved against the parent's URL the way git resolves it: each
+    `../` drops one component of the parent (after a `/`, or the `:` of scp-like `host:path`).
+
+    Not urljoin: it leaves a relative url unresolved under a scheme it does not know as hierarchical
+    (`ssh://`, `git://`), so a vLLM fork served over ssh would lose its vendored cutlass."""
+    base, rest, sep = parent_url.rstrip("/"), url, "/"
+    scheme = base.find("://")
+    # Under a scheme only the path's `/`s separate components; the host (and its :port) stays.
+    floor = (base.find("/", scheme + 3) % (len(base) + 1)) if scheme >= 0 else 0  # no path: len(base)
+    while rest.startswith(("./", "../")):
+        if rest.startswith("./"):
+            rest = rest[2:]
+            continue
+        rest = rest[3:]
+        cut = base.rfind("/") if scheme >= 0 else max(base.rfind("/"), base.rfind(":"))
+        if cut < max(floor, 1):
+            return url  # above the host: unresolvable, and check_url refuses it naming the line
+        base, sep = base[:cut], base[cut]
+    return f"{base}{sep}{rest}"
+
+
 def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodules") -> dict[str, str]:
     """`.gitmodules` path -> absolute URL (relative URLs resolve against the parent's URL, as git does).
 
@@ -100,7 +121,7 @@ def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodul
             continue
         url = sub.url
         if url.startswith(("./", "../")):
-            url = urljoin(parent_url.rstrip("/") + "/", url)
+            url = relative_submodule_url(parent_url, url)
         try:
             check_relative_path(f"submodule {sub.name!r} path", sub.path)
         except NameRefused as exc:
@@ -113,12 +134,30 @@ def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodul
     return urls
 
 
-def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0) -> dict[str, str]:
+class CacheUse(BaseModel):
+    """What one dependency took from the shared cache, over every mirror it used (its own and its
+    gitlinks', which may be another dependency's): bytes fetched, and what each held before."""
+
+    fetched: int = 0
+    held_before: dict[str, int] = {}  # mirror URL -> bytes it held when this dependency first used it
+
+    def record(self, url: str, before: int, after: int) -> None:
+        self.fetched += max(after - before, 0)
+        self.held_before.setdefault(url, before)
+
+
+def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0,
+             use: CacheUse | None = None) -> dict[str, str]:
     """Check out `sha` of `url` at `dest` and, recursively, every gitlink at the commit its parent records.
     Returns {gitlink path relative to the top dest: commit}. A gitlink that cannot be fetched stays an
-    empty directory, for the check to name."""
-    git.materialize(url=url, sha=sha, dest=dest)
-    links = git.gitlinks(url=url, sha=sha)
+    empty directory, for the check to name. `use` adds up what each fetch brought into the cache."""
+    before = git.mirror_bytes(url=url)
+    try:
+        git.materialize(url=url, sha=sha, dest=dest)
+        links = git.gitlinks(url=url, sha=sha)
+    finally:
+        if use is not None:
+            use.record(url, before, git.mirror_bytes(url=url))
     if not links or depth >= MAX_DEPTH:
         return links
     gitmodules = dest / ".gitmodules"
@@ -132,7 +171,7 @@ def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0)
             continue
         sub_dest = path_under(dest, *PurePosixPath(path).parts, kind="gitlink path part")
         try:
-            nested = populate(git, url=sub_url, sha=commit, dest=sub_dest, depth=depth + 1)
+            nested = populate(git, url=sub_url, sha=commit, dest=sub_dest, depth=depth + 1, use=use)
         except FileFormatError:
             raise  # a refused .gitmodules deeper down is named, not left as an empty dir
         except LockstepError:
@@ -181,16 +220,15 @@ def resolve_pin(git: GitRemotes, repository: str, tag: str) -> str:
 
 
 def fetch_dep(git: GitRemotes, *, name: str, repository: str, tag: str, dest: Path) -> DepTree:
-    """One dependency at its pin, with bytes fetched vs already in the shared cache."""
+    """One dependency at its pin, with bytes fetched (its gitlinks' too) vs already in the shared cache."""
     tree = DepTree(name=name, repository=repository, tag=tag, commit=None, path=None)
-    before = git.mirror_bytes(url=repository)
+    use = CacheUse()
     try:
         commit = resolve_pin(git, repository, tag)
-        tree.gitlinks = populate(git, url=repository, sha=commit, dest=dest)
+        tree.gitlinks = populate(git, url=repository, sha=commit, dest=dest, use=use)
         tree.commit, tree.path = commit, str(dest)
     except LockstepError as exc:
         tree.error = str(exc)
-    after = git.mirror_bytes(url=repository)
-    tree.bytes_fetched = max(after - before, 0)
-    tree.bytes_reused = before
+    tree.bytes_fetched = use.fetched
+    tree.bytes_reused = sum(use.held_before.values())
     return tree

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jovian_assets.dep_trees import gitlinks_populated, submodule_urls
+from jovian_assets.dep_trees import gitlinks_populated, relative_submodule_url, submodule_urls
 from jovian_assets.fork_cut import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH, findings
 from jovian_assets.models import BranchTip, DepTree, ForkCut, PackageCut
 from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement
@@ -115,6 +115,24 @@ def test_empty_gitlink_dir_fails_gate(tmp_path: Path) -> None:
 def test_relative_submodule_urls_resolve_against_the_parent() -> None:
     text = '[submodule "csrc/cutlass"]\n\tpath = csrc/cutlass\n\turl = ../cutlass.git\n[submodule "x"]\n\tpath = x\n\turl = https://h/o/x.git\n'
     assert submodule_urls(text, "file:///r/flashmla.git") == {"csrc/cutlass": "file:///r/cutlass.git", "x": "https://h/o/x.git"}
+
+
+def test_relative_submodule_urls_resolve_as_git_does_under_every_scheme() -> None:
+    # urljoin leaves `../cutlass.git` as it is under ssh:// and git://: the gitlink would be refused as
+    # "not a URL" on a site that fetches its forks over ssh.
+    text = '[submodule "csrc/cutlass"]\n\tpath = csrc/cutlass\n\turl = ../cutlass.git\n'
+    for parent, want in [
+        ("ssh://git@github.com/vllm-project/flashmla.git", "ssh://git@github.com/vllm-project/cutlass.git"),
+        ("git://127.0.0.1:9418/flashmla.git", "git://127.0.0.1:9418/cutlass.git"),
+        ("https://github.com/vllm-project/flashmla.git/", "https://github.com/vllm-project/cutlass.git"),
+        ("git@github.com:vllm-project/flashmla.git", "git@github.com:vllm-project/cutlass.git"),
+        ("git@github.com:flashmla.git", "git@github.com:cutlass.git"),
+    ]:
+        assert submodule_urls(text, parent) == {"csrc/cutlass": want}, parent
+    assert relative_submodule_url("https://h/o/a.git", "./sub.git") == "https://h/o/a.git/sub.git"
+    assert relative_submodule_url("https://h/o/a.git", "../../x.git") == "https://h/x.git"
+    with pytest.raises(FileFormatError, match=r"\.gitmodules:3: .*'\.\./\.\./x\.git' is not a URL"):
+        submodule_urls(text.replace("../cutlass.git", "../../x.git"), "ssh://h/a.git")  # above the host
 
 
 
