@@ -43,7 +43,8 @@ class SiteCache:
     SIZE = 16
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[Stamp | None, ...], SiteConfig]] = {}
+        # path -> (the key files it names, the stamps of the site file and of each, the config)
+        self._entries: dict[str, tuple[list[Path], tuple[Stamp | None, ...], SiteConfig]] = {}
 
     @staticmethod
     def _deps(config: SiteConfig) -> list[Path]:
@@ -55,19 +56,20 @@ class SiteCache:
     def get(self, path: Path, stamp: Stamp) -> SiteConfig | None:
         """The config read from `path` when it had `stamp`, if its key files are unchanged too."""
         entry = self._entries.get(os.path.abspath(path))
-        if entry is None or entry[0][0] != stamp:
+        if entry is None or entry[1][0] != stamp:
             return None
-        stamps, config = entry
-        return config if tuple(stamp_of(p) for p in self._deps(config)) == stamps[1:] else None
+        deps, stamps, config = entry
+        return config if tuple(stamp_of(p) for p in deps) == stamps[1:] else None
 
     def put(self, path: Path, stamp: Stamp, config: SiteConfig, started_ns: int) -> None:
         """Keep `config`, read from `path` (which had `stamp`) by a load that started at `started_ns`."""
-        deps = tuple(stamp_of(p) for p in self._deps(config))
-        newest = max(t for s in (stamp, *deps) if s is not None for t in s[3:])
+        deps = self._deps(config)
+        stamps = (stamp, *(stamp_of(p) for p in deps))
+        newest = max(t for s in stamps if s is not None for t in s[3:])
         if newest >= started_ns - self.SETTLED_NS:
             return
         key = os.path.abspath(path)
         self._entries.pop(key, None)
         if len(self._entries) >= self.SIZE:
             self._entries.pop(next(iter(self._entries)))
-        self._entries[key] = ((stamp, *deps), config)
+        self._entries[key] = (deps, stamps, config)
