@@ -8,6 +8,7 @@ away or appear. (Opening a SQLite instance costs ~1 s, so the idle ticks share o
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,3 +109,26 @@ def test_an_edited_site_is_seen_on_the_next_tick_and_a_broken_edit_skips(
 
         sb.site_file.write_text(text)
         assert reason(wired, tip).endswith(f"still at {tip}")
+
+
+def test_a_moved_lab_tick_fetches_once(sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with dg.instance_for_test() as instance:
+        cursor = tick("lab_rev_sensor", sb, instance, None).cursor
+        move_lab(sb)
+        fetches: list[list[str]] = []
+        real = subprocess.Popen.__init__
+
+        def counting(self: subprocess.Popen[bytes], args: list[str], *a: object, **kw: object) -> None:
+            if "fetch" in args and Path(str(args[0])).name == "git":
+                fetches.append(list(args))
+            real(self, args, *a, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", counting)
+        # A cold mirror cache (a new pod, a wiped cache): the tick lists the new tip and the last one seen.
+        cold = sandbox_resources(sb, tmp_path / "cold-cache")
+        wired = {k: cold[k] for k in ("site", "git")}
+        with dg.build_sensor_context(cursor=cursor, instance=instance, resources=wired) as context:
+            (request,) = jovian_defs.resolve_sensor_def("lab_rev_sensor")(context).run_requests or []
+    # Both in one shallow fetch: each fetch is a round trip to the lab.
+    (fetch,) = fetches
+    assert "--depth=1" in fetch and cursor in " ".join(fetch) and request.partition_key == "r28"
