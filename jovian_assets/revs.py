@@ -27,11 +27,12 @@ class LabLock(BaseModel):
 def lab_locks(git: GitRemotes, jovian: JovianSection, *, lab_commit: str) -> list[LabLock]:
     """Every source lock the glob finds at `lab_commit` (shallow fetch), each parsed for its rev."""
     locks = []
-    for path, blob in sorted(git.list_files(url=jovian.lab_repo, sha=lab_commit, pattern=jovian.lock_glob).items()):
+    found = sorted(git.list_files(url=jovian.lab_repo, sha=lab_commit, pattern=jovian.lock_glob).items())
+    texts = git.read_blobs(url=jovian.lab_repo, sha=lab_commit, blobs=sorted({blob for _, blob in found}))
+    for path, blob in found:
         entry = LabLock(path=path, blob=blob)
         try:
-            text = git.show_file(url=jovian.lab_repo, sha=lab_commit, path=path) or ""
-            entry.rev = parse_source_lock(text, path).rev
+            entry.rev = parse_source_lock(texts[blob], path).rev
         except LockstepError as exc:
             entry.error = str(exc)
         locks.append(entry)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import fnmatch
+import functools
 import hashlib
 import os
 import re
 import shutil
+import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
@@ -146,6 +149,32 @@ class GitRemotes(dg.ConfigurableResource):
                 raise RemoteUnreachable(f"cannot reach {redact(url)}: {stderr}") from None
             raise GitError(f"git {shown} failed (exit {exc.status}): {stderr}") from None
 
+    def _ls_remote(self, args: Sequence[str], url: str) -> str:
+        """``git ls-remote <args>``: what every sensor tick runs, so a plain subprocess, not GitPython
+        (whose timeout is a watchdog thread started per call), with the same environment and errors."""
+        allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
+        # Its own session, so a timeout kills the transport git started (ssh) along with git.
+        proc = subprocess.Popen(
+            [_git_binary(), "-c", "protocol.ext.allow=never", "ls-remote", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed},
+        )
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise RemoteUnreachable(
+                f"cannot reach {redact(url)}: timeout: git ls-remote did not complete in {self.timeout_s:g} secs"
+            ) from None
+        if proc.returncode:
+            stderr = redact(err.decode(errors="replace").strip())
+            if _looks_unreachable(stderr):
+                raise RemoteUnreachable(f"cannot reach {redact(url)}: {stderr}")
+            raise GitError(f"git {redact(' '.join(['ls-remote', *args]))} failed (exit {proc.returncode}): {stderr}")
+        return out.decode(errors="surrogateescape")
+
     @contextlib.contextmanager
     def _locked_mirror(self, url: str) -> Iterator[git.Repo]:
         """The mirror for `url`, created on first use, held under an exclusive file lock."""
@@ -163,7 +192,7 @@ class GitRemotes(dg.ConfigurableResource):
     def ls_remote(self, *, url: str, branch: str) -> str | None:
         """The sha at the tip of `branch` on `url`, or None when the branch does not exist."""
         url, branch = self._url(url), _ref("branch", branch)
-        out = self._git(["ls-remote", "--heads", "--", url, f"refs/heads/{branch}"], url=url)
+        out = self._ls_remote(["--heads", "--", url, f"refs/heads/{branch}"], url)
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref == f"refs/heads/{branch}":
@@ -173,7 +202,7 @@ class GitRemotes(dg.ConfigurableResource):
     def ls_remote_heads(self, *, url: str, pattern: str = "*") -> dict[str, str]:
         """Branch name -> tip sha for every branch of `url` whose name matches the glob `pattern`."""
         url = self._url(url)
-        out = self._git(["ls-remote", "--heads", "--", url], url=url)
+        out = self._ls_remote(["--heads", "--", url], url)
         heads = {}
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
@@ -185,7 +214,7 @@ class GitRemotes(dg.ConfigurableResource):
     def ls_remote_tag(self, *, url: str, tag: str) -> str | None:
         """The commit a tag names on `url` (annotated tags peeled), or None."""
         url, tag = self._url(url), _ref("tag", tag)
-        out = self._git(["ls-remote", "--tags", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url=url)
+        out = self._ls_remote(["--tags", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url)
         found: dict[str, str] = {}
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
@@ -354,6 +383,34 @@ class GitRemotes(dg.ConfigurableResource):
                 return None
             raise
 
+    def read_blobs(self, *, url: str, sha: str, blobs: Sequence[str]) -> dict[str, str]:
+        """Blob sha -> text (undecodable bytes kept as surrogate escapes) for blobs of commit `sha`, e.g.
+        what `list_files` found: one `git cat-file --batch` for all of them, not a process per file."""
+        for blob in blobs:
+            _sha(blob)
+        mirror = self.fetch(url=url, shas=[sha], depth=1)
+        if not blobs:
+            return {}
+        try:
+            done = subprocess.run(
+                [_git_binary(), "cat-file", "--batch"], cwd=mirror, input="".join(f"{b}\n" for b in blobs).encode(),
+                capture_output=True, timeout=self.timeout_s, env={**os.environ, **_GIT_ENV},
+            )
+        except subprocess.TimeoutExpired:
+            raise GitError(f"git cat-file --batch of {len(blobs)} blobs did not complete in {self.timeout_s:g} secs") from None
+        if done.returncode:
+            raise GitError(f"git cat-file --batch failed (exit {done.returncode}): {redact(done.stderr.decode(errors='replace').strip())}")
+        out, at, texts = done.stdout, 0, {}
+        for blob in blobs:
+            end = out.index(b"\n", at)
+            header = out[at:end].decode().split()
+            if header[1:2] != ["blob"]:
+                raise GitError(f"{blob} is not a blob of {sha[:12]} on {redact(url)} (git says {' '.join(header[1:])})")
+            size = int(header[2])
+            texts[blob] = out[end + 1:end + 1 + size].decode(errors="surrogateescape")
+            at = end + 1 + size + 1
+        return texts
+
     @contextlib.contextmanager
     def checkout(self, *, url: str, branch: str | None = None, sha: str | None = None) -> Iterator[Worktree]:
         """A temporary worktree of `branch` (at its current tip) or of an exact `sha`, removed after use."""
@@ -425,6 +482,12 @@ class GitRemotes(dg.ConfigurableResource):
                 f"pushed {head[:8]} to {worktree.branch} but the remote now says {(after or 'nothing')[:8]}"
             )
         return head
+
+
+@functools.cache
+def _git_binary() -> str:
+    """git's path, looked up once per process rather than on every exec (one PATH walk per tick)."""
+    return shutil.which("git") or "git"
 
 
 def _ref(kind: str, name: str) -> str:

@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +38,7 @@ from resources.names import (
 from resources.secrets import redact
 from resources.site_alerts import AlertsSection
 from resources.site_attest import AttestSection, trusted_keys
+from resources.site_cache import SiteCache, stamp_of
 from resources.site_fields import (
     Branch,
     NodeName,
@@ -456,16 +458,33 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
 
 
+_SITE_CACHE = SiteCache()
+
+
 def load_site(path: Path | str | None = None) -> SiteConfig:
-    """Read and validate a site file. Errors name the file, the line, the key and what is wrong."""
+    """Read and validate a site file. Errors name the file, the line, the key and what is wrong.
+
+    A file unchanged since it was last read here is not parsed again (resources/site_cache.py): every sensor
+    tick loads the site, and parsing and validating it cost more than the ls-remote the tick is for.
+    """
     site_path = Path(path or os.environ.get(SITE_ENV) or DEFAULT_SITE)
-    if not site_path.exists():
+    stamp = stamp_of(site_path)
+    if stamp is None:
         hint = (
             "run `lockstep sandbox up` to create the embedded sandbox"
             if not (path or os.environ.get(SITE_ENV))
             else f"check {SITE_ENV}"
         )
         raise LockstepError(f"{site_path}: no site file here ({hint})")
+    if (config := _SITE_CACHE.get(site_path, stamp)) is not None:
+        return config
+    started = time.time_ns()
+    config = _read_site(site_path)
+    _SITE_CACHE.put(site_path, stamp, config, started)
+    return config
+
+
+def _read_site(site_path: Path) -> SiteConfig:
     raw = site_path.read_bytes()
     text = decode_utf8(raw, site_path)
     data = load_toml(site_path, text)

@@ -37,6 +37,8 @@ def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsD
                 return dg.SensorResult(skip_reason=f"branch {where} does not exist")
             if tip == context.cursor:
                 return dg.SensorResult(skip_reason=f"{where} still at {tip}")
+            # One shallow fetch of both commits the tick lists: each fetch is a round trip to the lab.
+            git.fetch(url=jovian.lab_repo, shas=[tip, *([context.cursor] if context.cursor else [])], depth=1)
             locks = lab_locks(git, jovian, lab_commit=tip)
             # Only what changed since the last lab commit seen: a new rev, or a lock whose blob moved.
             seen = git.list_files(url=jovian.lab_repo, sha=context.cursor, pattern=jovian.lock_glob) if context.cursor else {}

@@ -8,6 +8,7 @@ away or appear. (Opening a SQLite instance costs ~1 s, so the idle ticks share o
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,8 +17,10 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 
 from jovian_assets.definitions import defs as jovian_defs
+from resources.site import load_site, site_resource
+from resources.site_cache import SiteCache
 from sandbox.jovian_world import new_lab_rev
-from sandbox.world import Sandbox, advance_harbor
+from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor
 from tests.conftest import sandbox_resources
 from tests.report import count
 from tpu_assets.definitions import defs as tpu_defs
@@ -71,3 +74,61 @@ def test_idle_ticks_request_nothing_and_one_change_requests_one_run(
         assert again.run_key == request.run_key and upstream in (changed.cursor or "")
         after = [tick(sensor, sb, instance, changed.cursor) for _ in range(3)]
     assert sum(len(t.run_requests or []) for t in after) == 0
+
+
+def test_an_edited_site_is_seen_on_the_next_tick_and_a_broken_edit_skips(
+    sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sandbox wrote its site moments ago, which the cache does not keep yet: let it, so these ticks
+    # are served from it. Every edit below changes the file's size.
+    monkeypatch.setattr(SiteCache, "SETTLED_NS", 0)
+    resources = sandbox_resources(sb, tmp_path / "cache")
+    wired = {"site": resources["site"], "git": resources["git"]}
+    pinned = {**wired, "site": site_resource(load_site(sb.site_file))}  # as a code location wires it
+
+    def reason(res: dict[str, object], cursor: str | None) -> str:
+        with dg.build_sensor_context(cursor=cursor, instance=instance, resources=res) as context:
+            result = tpu_defs.resolve_sensor_def("harbor_branch_sensor")(context)
+        assert not result.run_requests
+        return result.skip_reason.skip_message  # type: ignore[union-attr]
+
+    text = sb.site_file.read_text(encoding="utf-8")
+    with dg.instance_for_test() as instance:
+        tip = tick("harbor_branch_sensor", sb, instance, None).cursor
+        assert "still at" in reason(wired, tip) and load_site(sb.site_file) is load_site(sb.site_file)
+
+        sb.site_file.write_text(text.replace(f'harbor_branch = "{HARBOR_BRANCH}"', 'harbor_branch = "penfever/gone"'))
+        assert reason(wired, tip).startswith("branch penfever/gone on ")  # the edit, on the very next tick
+        assert "changed since this code location loaded it" in reason(pinned, tip)
+
+        broken = text.replace('memory = "64GB"', 'memory = "lots"')
+        line = broken.splitlines().index('memory = "lots"') + 1
+        sb.site_file.write_text(broken)
+        for _ in range(2):  # never the config of before the edit, on any tick
+            assert reason(wired, tip).startswith(f"site file unusable: {sb.site_file}:{line}: [iris] memory")
+
+        sb.site_file.write_text(text)
+        assert reason(wired, tip).endswith(f"still at {tip}")
+
+
+def test_a_moved_lab_tick_fetches_once(sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with dg.instance_for_test() as instance:
+        cursor = tick("lab_rev_sensor", sb, instance, None).cursor
+        move_lab(sb)
+        fetches: list[list[str]] = []
+        real = subprocess.Popen.__init__
+
+        def counting(self: subprocess.Popen[bytes], args: list[str], *a: object, **kw: object) -> None:
+            if "fetch" in args and Path(str(args[0])).name == "git":
+                fetches.append(list(args))
+            real(self, args, *a, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", counting)
+        # A cold mirror cache (a new pod, a wiped cache): the tick lists the new tip and the last one seen.
+        cold = sandbox_resources(sb, tmp_path / "cold-cache")
+        wired = {k: cold[k] for k in ("site", "git")}
+        with dg.build_sensor_context(cursor=cursor, instance=instance, resources=wired) as context:
+            (request,) = jovian_defs.resolve_sensor_def("lab_rev_sensor")(context).run_requests or []
+    # Both in one shallow fetch: each fetch is a round trip to the lab.
+    (fetch,) = fetches
+    assert "--depth=1" in fetch and cursor in " ".join(fetch) and request.partition_key == "r28"
