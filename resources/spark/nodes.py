@@ -513,6 +513,48 @@ class SparkNodes(dg.ConfigurableResource):
             raise PipeFailed(self._say(f"{shown}: {message}"), node=node, where=where, result=result)
         return result
 
+    def relay(self, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str]) -> Any:
+        """Stream `src_argv`'s stdout on node `src` along `chain`: lockstep sends it to ``chain[0]`` only,
+        and every node tees it into its own `load_argv` and into its own OpenSSH client to the next node,
+        with the key and known_hosts the site names for that hop (``relay_key``/``relay_known_hosts`` of
+        the sending node's [[spark.nodes]] entry; resources/spark/relay.py). One copy crosses each link.
+
+        Returns a RelayResult (the producer, what the head was sent, each node's load exit code, each
+        hop's). Raises RelayFailed naming the hop or node at fault and which nodes got the stream.
+        """
+        from resources.spark.relay import (
+            RelayFailed,
+            RelayResult,
+            node_script,
+            read_reports,
+            relay_failure,
+            relay_hops,
+        )
+
+        if not chain:
+            raise SparkError("relay needs at least one node in its chain", node=src)
+        if len(set(chain)) != len(chain) or src in chain:
+            raise SparkError(f"relay chain repeats a node or holds the source: {src} -> {' -> '.join(chain)}", node=src)
+        hops = relay_hops([self.node(n) for n in chain], chain=chain)
+        script = node_script(chain, hops, load_argv=[str(a) for a in load_argv],
+                             connect_timeout_s=self.connect_timeout_s, keepalive_s=self.keepalive_s)  # fmt: skip
+        dg.get_dagster_logger().info(
+            f"spark relay {src} -> {' -> '.join(chain)}: {shlex.join(redact_argv(src_argv, self._secrets()))} | "
+            f"{shlex.join(load_argv)} on each node")  # fmt: skip
+        started = time.monotonic()
+        try:
+            piped = self.pipe(src=src, src_argv=src_argv, dsts=chain[:1], dst_argv=["sh", "-c", script])
+        except PipeFailed as exc:
+            piped = exc.result
+        loads, hop_ends = read_reports(piped.dsts[0].stdout, chain, hops)
+        result = RelayResult(src=piped.src, head=piped.dsts[0], chain=list(chain), loads=loads, hops=hop_ends,
+                             duration_s=round(time.monotonic() - started, 3))  # fmt: skip
+        if not result.ok:
+            node, message = relay_failure(result)
+            where = self._transport(node).where if node in (src, chain[0]) else None
+            raise RelayFailed(self._say(message), node=node, where=where, result=result)
+        return result
+
 
 def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
     """The SparkNodes a site file describes: its [spark] table, with `root` of local nodes, the
