@@ -18,6 +18,8 @@ Then, alternating --repeat times and compared by medians, lockstep's SparkNodes 
   star, sequential  pipe to a, then b, then c
   relay             SparkNodes.relay along a -> b -> c: lockstep sends to a only; a tees into its own
                     sink and into its own ssh to b (key and known_hosts named for that hop), b to c.
+  openssh 1 node,   the same two with nothing of lockstep in them (bash, OpenSSH's client and `tee`
+  openssh relay     on every node): this machine's floor for a chain.
 Each run also counts the bytes the source's uplink carried (its veth's tx_bytes), in copies of N.
 The last line is the relay's time to 3 over the time to 1 (goal <= 1.15). Every namespace (and with
 them the veths) is removed at the end, also on Ctrl-C or SIGTERM; what still ran inside one is
@@ -31,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import statistics
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 MiB = 1024 * 1024
 SSHD = os.environ.get("LOCKSTEP_SSHD", "/usr/sbin/sshd")
 NODES = ("a", "b", "c")
-MODES = ("1 node", "star parallel", "star sequential", "relay")
+MODES = ("1 node", "star parallel", "star sequential", "relay", "openssh 1 node", "openssh relay")
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -115,7 +118,11 @@ class Lane:
                 "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
                 f"KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nAllowUsers {user}\nMaxSessions 64\n"
                 "MaxStartups 64:30:128\nLogLevel INFO\n"
+                # Each node its own home: the login shell then reads that node's (empty) rc files, not
+                # this machine's ~/.bashrc (Debian's bash reads it for ssh commands: pyenv init, 0.5 s).
+                f"SetEnv HOME={self.root / f'home_{node}'}\n"
             )  # fmt: skip
+            (self.root / f"home_{node}").mkdir()
             log = open(self.root / f"sshd_{node}.log", "wb")  # noqa: SIM115 (sshd keeps it open)
             self.sshd[node] = subprocess.Popen(["ip", "netns", "exec", self.ns[node], SSHD, "-D", "-e", "-f", str(cfg)],
                                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -183,6 +190,20 @@ def inner(config_path: Path) -> None:
     def produce(size: int) -> list[str]:
         return ["head", "-c", str(size), "/dev/zero"]
 
+    def ssh(key: Path, known_hosts: Path, node: str) -> str:
+        return shlex.join(["ssh", "-F", "none", "-T", "-x", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                           "-o", f"UserKnownHostsFile={known_hosts}", "-o", "IdentitiesOnly=yes", "-i", str(key),
+                           "-o", "Ciphers=aes128-gcm@openssh.com", cfg["addr"][node]])  # fmt: skip
+
+    def openssh(size: int, chain: list[str]) -> None:
+        """The same chain with nothing of lockstep in it: bash, OpenSSH's client and `tee` on every node."""
+        script = "cat > /dev/null"
+        for node, nxt in reversed(list(zip(chain, chain[1:], strict=False))):
+            hop = ssh(root / "relay", root / f"relay_known_hosts_{node}", nxt)
+            script = f"tee -p >(cat > /dev/null) | {hop} {shlex.quote(script)}"
+        line = f"head -c {size} /dev/zero | {ssh(root / 'client', root / 'known_hosts', chain[0])} {shlex.quote(script)}"
+        subprocess.run(["bash", "-c", line], check=True, timeout=600)
+
     def run(mode: str, size: int) -> tuple[float, float]:
         tx0, started = tx_bytes(), time.perf_counter()
         if mode == "1 node":
@@ -191,6 +212,12 @@ def inner(config_path: Path) -> None:
             done = [spark.pipe(src="src", src_argv=produce(size), dsts=list(NODES), dst_argv=sink)]
         elif mode == "star sequential":
             done = [spark.pipe(src="src", src_argv=produce(size), dsts=[n], dst_argv=sink) for n in NODES]
+        elif mode == "openssh 1 node":
+            openssh(size, ["a"])
+            done = []
+        elif mode == "openssh relay":
+            openssh(size, list(NODES))
+            done = []
         else:
             relayed = spark.relay(src="src", src_argv=produce(size), chain=list(NODES), load_argv=sink)
             assert relayed.loaded == list(NODES) and relayed.head.bytes == size, relayed
@@ -226,7 +253,7 @@ def _qdisc_line(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=int, default=320, help="bytes streamed per run, in MiB (default 320)")
+    parser.add_argument("--mib", type=int, default=256, help="bytes streamed per run, in MiB (default 256)")
     parser.add_argument("--rate-mib", type=int, default=100, help="each link's rate each way, MiB/s (default 100)")
     parser.add_argument("--repeat", type=int, default=3, help="alternating rounds; medians compared (default 3)")
     parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
@@ -277,6 +304,8 @@ def main() -> None:
     ratios = [r / o for o, r in zip(results["times"]["1 node"], results["times"]["relay"], strict=True)]
     print(f"star parallel 3/1 = {times['star parallel'] / times['1 node']:.2f}, star sequential 3/1 = "
           f"{times['star sequential'] / times['1 node']:.2f}; relay per round: " + ", ".join(f"{r:.2f}" for r in ratios))
+    print(f"reference, OpenSSH client + tee on every node, no lockstep: relay 3/1 = "
+          f"{times['openssh relay'] / times['openssh 1 node']:.2f}")
     print(f"RATIO fan-out to 3 on a {args.rate_mib} MiB/s lane, relay, seconds / seconds to 1: "
           f"{times['relay'] / times['1 node']:.2f} (goal <= 1.15)")
 

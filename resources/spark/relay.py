@@ -100,8 +100,15 @@ def relay_hops(nodes: Sequence[Any], *, chain: Sequence[str]) -> list[RelayHop]:
     return hops
 
 
-def hop_ssh_argv(hop: RelayHop, *, connect_timeout_s: float, keepalive_s: int) -> list[str]:
-    """The OpenSSH client argv node `hop.src` runs to reach `hop.dst` (the remote command goes after it)."""
+def rendezvous_dir(token: str, node: str) -> str:
+    """Where sending node `node` keeps its hop's control socket and fifo for one relay (`token`: 32 hex;
+    the node's name too, for nodes that share a /tmp)."""
+    return f"/tmp/lockstep-relay-{token}-{node}"
+
+
+def hop_ssh_argv(hop: RelayHop, *, connect_timeout_s: float, keepalive_s: int, control: list[str] | None = None) -> list[str]:
+    """The OpenSSH client argv node `hop.src` runs to reach `hop.dst` (the remote command goes after it);
+    `control`: the ControlMaster/ControlPath options of the hop's shared connection."""
     argv = [
         "ssh", "-F", "none", "-T", "-x",
         "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
@@ -111,7 +118,7 @@ def hop_ssh_argv(hop: RelayHop, *, connect_timeout_s: float, keepalive_s: int) -
     ]  # fmt: skip
     if keepalive_s:
         argv += ["-o", f"ServerAliveInterval={keepalive_s}"]
-    argv += ["-p", str(hop.port)]
+    argv += [*(control or []), "-p", str(hop.port)]
     if hop.user:
         argv += ["-l", hop.user]
     return [*argv, "--", hop.host]
@@ -123,10 +130,43 @@ def _report(*fields: str, var: str) -> str:
     return " ".join(["printf", shlex.quote(fmt), MARK, *map(shlex.quote, fields), f'"${var}"'])
 
 
-def node_script(chain: Sequence[str], hops: Sequence[RelayHop], *, load_argv: Sequence[str],
+def _control(token: str, node: str, master: str) -> list[str]:
+    return ["-o", f"ControlMaster={master}", "-o", f"ControlPath={rendezvous_dir(token, node)}/cm"]
+
+
+def connect_script(hop: RelayHop, *, token: str, connect_timeout_s: float = 15.0, keepalive_s: int = 30,
+                   persist_s: int = 120) -> str:
+    """What lockstep runs on `hop.src` BEFORE the stream: open the hop's connection (host key checked,
+    key auth) as an OpenSSH control master in a fresh private directory, and return once it is up.
+
+    Every hop connects at once this way, instead of one after another as the stream reaches each node
+    (a chain's start-up then costs one connection, not one per hop). The master stays only while it
+    serves the hop, and exits by itself `persist_s` after its last session (or if none ever comes)."""
+    d = shlex.quote(rendezvous_dir(token, hop.src))
+    ssh = hop_ssh_argv(hop, connect_timeout_s=connect_timeout_s, keepalive_s=keepalive_s,
+                       control=[*_control(token, hop.src, "yes"), "-o", f"ControlPersist={persist_s}"])  # fmt: skip
+    # The master goes to the background: it must hold none of this session's outputs, or the session never ends.
+    return "\n".join([
+        f"mkdir -m 700 -- {d} || exit 1",
+        f"{shlex.join([*ssh[:-2], '-N', '-f', *ssh[-2:]])} < /dev/null > /dev/null 2> {d}/connect.err",
+        "c=$?",
+        f'if [ "$c" -ne 0 ]; then cat -- {d}/connect.err >&2; rm -rf -- {d}; fi',
+        'exit "$c"',
+    ])
+
+
+def cleanup_script(hop: RelayHop, *, token: str) -> str:
+    """Close a hop's control master and remove its directory (after a relay that did not get there)."""
+    d = shlex.quote(rendezvous_dir(token, hop.src))
+    stop = shlex.join(["ssh", "-F", "none", *_control(token, hop.src, "no"), "-O", "exit", "-p", str(hop.port), "--", hop.host])
+    return f"[ -S {d}/cm ] && {stop} > /dev/null 2>&1; rm -rf -- {d}; true"
+
+
+def node_script(chain: Sequence[str], hops: Sequence[RelayHop], *, load_argv: Sequence[str], token: str,
                 connect_timeout_s: float = 15.0, keepalive_s: int = 30) -> str:
     """The POSIX sh script the first node of `chain` runs with the stream on its stdin (the rest of the
-    chain is inside it). `hops[i]` goes from chain[i] to chain[i + 1]."""
+    chain is inside it). `hops[i]` goes from chain[i] to chain[i + 1], through the connection
+    `connect_script` opened (or, if that is gone, a new one with the same options)."""
     if not chain or len(hops) != len(chain) - 1:
         raise ValueError("a relay needs a chain of nodes and one hop between each two")
     node = chain[0]
@@ -134,17 +174,19 @@ def node_script(chain: Sequence[str], hops: Sequence[RelayHop], *, load_argv: Se
     if len(chain) == 1:
         return f'{{ {load} ; }} >&2; l=$?; {_report("load", node, var="l")}; exit "$l"'
     hop = hops[0]
-    inner = node_script(chain[1:], hops[1:], load_argv=load_argv, connect_timeout_s=connect_timeout_s,
+    inner = node_script(chain[1:], hops[1:], load_argv=load_argv, token=token, connect_timeout_s=connect_timeout_s,
                         keepalive_s=keepalive_s)  # fmt: skip
     encoded = base64.b64encode(inner.encode()).decode()
     remote = f'sh -c "$(printf %s {encoded} | base64 -d)"'
-    ssh = shlex.join([*hop_ssh_argv(hop, connect_timeout_s=connect_timeout_s, keepalive_s=keepalive_s), remote])
+    ssh = hop_ssh_argv(hop, connect_timeout_s=connect_timeout_s, keepalive_s=keepalive_s, control=_control(token, node, "no"))
+    d = shlex.quote(rendezvous_dir(token, node))
     lines = [
-        'd="$(mktemp -d)" || exit 1',
-        "trap 'rm -rf -- \"$d\"' EXIT",
+        f"d={d}",
+        '[ -d "$d" ] || mkdir -m 700 -- "$d" || exit 1',
+        "trap " + shlex.quote(f"{cleanup_script(hop, token=token)}") + " EXIT",
         'mkfifo -- "$d/next" || exit 1',
         # The hop reads the fifo; its stdout (the chain's reports) is ours, its stderr is kept for the report.
-        f'{ssh} < "$d/next" 2> "$d/err" &',
+        f'{shlex.join([*ssh, remote])} < "$d/next" 2> "$d/err" &',
         'p=$!',
         # tee -p: a hop that dies stops getting bytes, but this node's own load still gets all of them.
         f'tee -p -- "$d/next" | {{ {load} ; }} >&2',

@@ -113,6 +113,27 @@ def test_relay_to_three_nodes_delivers_identical_bytes_to_each(lane: dict) -> No
     assert [(h.hop.src, h.hop.dst, h.exit_code) for h in result.hops] == [("n1", "n2", 0), ("n2", "n3", 0)]
     for name in CHAIN:
         assert hashlib.sha256(received(lane, name).read_bytes()).hexdigest() == want, name
+    assert not {d for d in relay_dirs() if d.stat().st_mtime >= payload.stat().st_mtime}  # each node cleaned up
+
+
+def test_a_load_that_fails_midchain_is_named_and_the_nodes_after_it_still_get_every_byte(lane: dict) -> None:
+    n2_home = lane["roots"]["n2"] / "home"
+    for name in CHAIN:
+        received(lane, name).unlink(missing_ok=True)
+    nodes = spark(lane)
+    try:
+        with pytest.raises(RelayFailed) as info:  # n2's load exits at once, reading nothing
+            nodes.relay(src="src", src_argv=["head", "-c", str(4 * MiB), "/dev/zero"], chain=CHAIN,
+                        load_argv=["sh", "-c", f'[ "$HOME" = {n2_home} ] && exit 3; cat > "$HOME/received"'])  # fmt: skip
+    finally:
+        nodes.close()
+    assert "the load on n2 exited 3; got the image: n1, n3; did not: n2" in str(info.value)
+    assert info.value.result.loads == {"n1": 0, "n2": 3, "n3": 0}
+    assert received(lane, "n1").stat().st_size == received(lane, "n3").stat().st_size == 4 * MiB
+
+
+def relay_dirs() -> set[Path]:
+    return set(Path("/tmp").glob("lockstep-relay-*"))
 
 
 def test_a_hop_whose_known_hosts_lacks_the_next_host_fails_naming_the_hop_and_trusts_nothing(lane: dict) -> None:
@@ -120,7 +141,7 @@ def test_a_hop_whose_known_hosts_lacks_the_next_host_fails_naming_the_hop_and_tr
     wrong = lane["roots"]["n2"] / "wrong_known_hosts"
     s1 = lane["servers"]["n1"]
     wrong.write_text(known_hosts_line(s1.host, s1.port, s1.host_key.with_suffix(".pub")))
-    before = wrong.read_bytes()
+    before, dirs = wrong.read_bytes(), relay_dirs()
     for name in CHAIN:
         received(lane, name).unlink(missing_ok=True)
     nodes = spark(lane, n2=wrong)
@@ -131,14 +152,15 @@ def test_a_hop_whose_known_hosts_lacks_the_next_host_fails_naming_the_hop_and_tr
     finally:
         nodes.close()
     message = str(info.value)
-    assert "relay hop n2 -> n3" in message and f"known_hosts {wrong}" in message
-    assert "Host key verification failed" in message
-    assert "got the image: n1, n2; did not: n3" in message
+    assert f"relay hop n2 -> n3 (n2's ssh to {lane['servers']['n3'].user}@127.0.0.1:{lane['servers']['n3'].port}" in message
+    assert f"known_hosts {wrong}" in message and "Host key verification failed" in message
+    # Every hop connects before a byte is sent: a hop that cannot is found first, and nobody gets half a relay.
+    assert "nothing was sent, so no node got the image" in message
     result = info.value.result
-    assert result.loads == {"n1": 0, "n2": 0, "n3": None}
-    assert received(lane, "n1").stat().st_size == received(lane, "n2").stat().st_size == MiB
-    assert not received(lane, "n3").exists()
+    assert result.loads == dict.fromkeys(CHAIN) and [h.exit_code for h in result.hops] == [0, 255]
+    assert not any(received(lane, name).exists() for name in CHAIN)
     assert wrong.read_bytes() == before  # StrictHostKeyChecking=yes: nothing was added
+    assert relay_dirs() == dirs  # n1's hop, which did connect, was closed and its directory removed
 
 
 def docker_archive(tag: str) -> bytes:
