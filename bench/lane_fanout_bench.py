@@ -205,6 +205,7 @@ def inner(config_path: Path) -> None:
         subprocess.run(["bash", "-c", line], check=True, timeout=600)
 
     def run(mode: str, size: int) -> tuple[float, float]:
+        spark.close()  # every mode starts from no connection, as a run does
         tx0, started = tx_bytes(), time.perf_counter()
         if mode == "1 node":
             done = [spark.pipe(src="src", src_argv=produce(size), dsts=["a"], dst_argv=sink)]

@@ -38,6 +38,9 @@ _ERR_LINES = 20
 # The same preference as lockstep's own connections (transports._CIPHERS): AES-GCM is the cheapest
 # on nodes with AES instructions; every entry has been in OpenSSH since 6.5.
 _CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr"
+# The key exchange of lockstep's own paramiko connection to the head (so a hop is no weaker than the first
+# link). OpenSSH 9's default, sntrup761x25519, cost 0.4 s more per connection in bench/lane_fanout_bench.py.
+_KEX = "curve25519-sha256,curve25519-sha256@libssh.org"
 
 
 class RelayHop(BaseModel):
@@ -115,6 +118,7 @@ def hop_ssh_argv(hop: RelayHop, *, connect_timeout_s: float, keepalive_s: int, c
         "-o", f"UserKnownHostsFile={hop.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
         "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-i", hop.key,
         "-o", f"ConnectTimeout={max(1, round(connect_timeout_s))}", "-o", f"Ciphers={_CIPHERS}",
+        "-o", f"KexAlgorithms={_KEX}",
     ]  # fmt: skip
     if keepalive_s:
         argv += ["-o", f"ServerAliveInterval={keepalive_s}"]
@@ -122,6 +126,33 @@ def hop_ssh_argv(hop: RelayHop, *, connect_timeout_s: float, keepalive_s: int, c
     if hop.user:
         argv += ["-l", hop.user]
     return [*argv, "--", hop.host]
+
+
+# The node's tee: stdin to stdout (its own load) and to the hop's fifo, in 1 MiB reads through 1 MiB
+# pipes. GNU tee copies 8 KiB at a time through 64 KiB pipes, and a chain of such stages waits on the
+# scheduler at every step: on the contended bench lane this tee made the chain ~20% faster. An output
+# that closes (a load that exits, a hop that dies) is dropped and the other still gets every byte, as
+# with `tee -p`. Run as `python3 -c` (the node already needs python3: put_tree's manifest).
+_TEE_PY = r"""
+import fcntl, os, sys
+outs = [1, os.open(sys.argv[1], os.O_WRONLY)]
+for fd in (0, *outs):
+    try:
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
+    except OSError:
+        pass
+while outs:
+    chunk = os.read(0, 1 << 20)
+    if not chunk:
+        break
+    for fd in list(outs):
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            outs.remove(fd)
+"""
 
 
 def _report(*fields: str, var: str) -> str:
@@ -188,8 +219,8 @@ def node_script(chain: Sequence[str], hops: Sequence[RelayHop], *, load_argv: Se
         # The hop reads the fifo; its stdout (the chain's reports) is ours, its stderr is kept for the report.
         f'{shlex.join([*ssh, remote])} < "$d/next" 2> "$d/err" &',
         'p=$!',
-        # tee -p: a hop that dies stops getting bytes, but this node's own load still gets all of them.
-        f'tee -p -- "$d/next" | {{ {load} ; }} >&2',
+        # A hop that dies stops getting bytes, but this node's own load still gets all of them (and back).
+        f'{shlex.join(["python3", "-c", _TEE_PY])} "$d/next" | {{ {load} ; }} >&2',
         'l=$?',
         'wait "$p"; h=$?',
         _report("load", node, var="l"),
