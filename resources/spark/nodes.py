@@ -107,7 +107,7 @@ class SparkNodes(dg.ConfigurableResource):
                 raise ValueError(f"node {n.name}: an ssh node needs a host")
             if n.transport == "local" and not n.root:
                 raise ValueError(f"node {n.name}: a local node needs a root directory")
-        return [n.model_dump() for n in nodes]
+        return [n.model_dump(exclude_none=True) for n in nodes]  # Dagster config maps refuse None values
 
     # -- plumbing --
 
@@ -607,7 +607,7 @@ def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
         raise LockstepError(f"{site.path}: no [spark] table; add one with the nodes (see [[spark.nodes]])")
     nodes = []
     for node in section.nodes:
-        data = node.model_dump()
+        data = node.model_dump(exclude_none=True)
         if node.transport == "local" and node.root:
             data["root"] = str(site.resolve_path(node.root))
         nodes.append(data)

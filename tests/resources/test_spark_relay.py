@@ -22,7 +22,7 @@ import pytest
 from jovian_assets.node_build import NodeImage, distribute_image
 from resources.errors import FileFormatError
 from resources.site import load_site
-from resources.spark import SparkNodes
+from resources.spark import SparkNodes, spark_for
 from resources.spark.relay import RelayFailed
 from sandbox.spark_nodes import install_node, node_env
 from tests.resources.test_site import GOOD, write
@@ -237,6 +237,12 @@ def test_relay_site_keys_load_and_a_bad_relay_key_path_is_refused_with_file_line
     site = load_site(write(tmp_path, RELAY_SITE))
     assert site.jovian is not None and site.jovian.distribute == "relay"
     assert site.spark is not None and site.spark.node("b").relay_host == "192.168.100.3"
+    # The resource's node entries go through Dagster's config, whose maps refuse a None: unset keys are left out
+    # (tests/test_sandbox_nodes.py's distribute runs that path through an asset).
+    spark_nodes = spark_for(site)
+    assert all(value is not None for node in spark_nodes.nodes for value in node.values())
+    assert spark_nodes.node("a").relay_key == "/home/lockstep/.ssh/relay_ed25519"
+    assert spark_nodes.node("b").relay_key is None and spark_nodes.node("b").relay_host == "192.168.100.3"
     line = RELAY_SITE.splitlines().index('relay_key = "/home/lockstep/.ssh/relay_ed25519"') + 1
     for bad in ("../keys/relay", "~/.ssh/relay", "/home/lockstep/%h_key", "/home/lockstep/-o x"):
         with pytest.raises(FileFormatError) as info:
