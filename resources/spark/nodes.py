@@ -524,77 +524,9 @@ class SparkNodes(dg.ConfigurableResource):
         what the head was sent, each node's load exit code, each hop's). Raises RelayFailed naming the
         hop or node at fault and which nodes got the stream.
         """
-        from concurrent.futures import ThreadPoolExecutor
+        from resources.spark.relay import run_relay
 
-        from resources.spark.relay import (
-            RelayFailed,
-            RelayHopEnd,
-            RelayResult,
-            cleanup_script,
-            connect_script,
-            node_script,
-            read_reports,
-            relay_failure,
-            relay_hops,
-        )
-
-        if not chain:
-            raise SparkError("relay needs at least one node in its chain", node=src)
-        if len(set(chain)) != len(chain) or src in chain:
-            raise SparkError(f"relay chain repeats a node or holds the source: {src} -> {' -> '.join(chain)}", node=src)
-        hops = relay_hops([self.node(n) for n in chain], chain=chain)
-        token = uuid.uuid4().hex
-        timing = {"connect_timeout_s": self.connect_timeout_s, "keepalive_s": self.keepalive_s}
-        script = node_script(chain, hops, load_argv=[str(a) for a in load_argv], token=token, **timing)
-        dg.get_dagster_logger().info(
-            f"spark relay {src} -> {' -> '.join(chain)}: {shlex.join(redact_argv(src_argv, self._secrets()))} | "
-            f"{shlex.join(load_argv)} on each node")  # fmt: skip
-        started = time.monotonic()
-
-        def on_senders(make: Any) -> list[Any]:
-            if not hops:
-                return []
-            with ThreadPoolExecutor(max_workers=len(hops)) as pool:
-                return list(pool.map(lambda hop: self.run(node=hop.src, argv=["sh", "-c", make(hop)],
-                                                          timeout_s=4 * self.connect_timeout_s + 10), hops))
-
-        def cleanup() -> None:
-            with contextlib.suppress(SparkError):
-                on_senders(lambda hop: cleanup_script(hop, token=token))
-
-        try:
-            connected = on_senders(lambda hop: connect_script(hop, token=token, **timing))
-        except SparkError:
-            cleanup()
-            raise
-        if failed := [(hop, done) for hop, done in zip(hops, connected, strict=True) if done.exit_code != 0]:
-            cleanup()
-            hop, done = failed[0]
-            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            ends = [RelayHopEnd(hop=h, exit_code=d.exit_code, stderr=d.stderr.decode("utf-8", "replace").splitlines()[-20:])
-                    for h, d in zip(hops, connected, strict=True)]  # fmt: skip
-            idle = PipeEnd(node=src, exit_code=None, bytes=0, sha256=hashlib.sha256().hexdigest(),
-                           error="not started: a relay hop could not connect")  # fmt: skip
-            result = RelayResult(src=idle, head=idle.model_copy(update={"node": chain[0]}), chain=list(chain),
-                                 loads=dict.fromkeys(chain), hops=ends, duration_s=round(time.monotonic() - started, 3))
-            raise RelayFailed(self._say(
-                f"relay {hop.describe()} failed (ssh exit {done.exit_code}): {'; '.join(lines[-5:]) or 'no message'}; "
-                f"nothing was sent, so no node got the image; hops that failed to connect: "
-                f"{', '.join(f'{h.src} -> {h.dst}' for h, _ in failed)}"
-            ), node=hop.src, where=done.where, result=result)  # fmt: skip
-        try:
-            piped = self.pipe(src=src, src_argv=src_argv, dsts=chain[:1], dst_argv=["sh", "-c", script])
-        except PipeFailed as exc:
-            piped = exc.result
-        loads, hop_ends = read_reports(piped.dsts[0].stdout, chain, hops)
-        result = RelayResult(src=piped.src, head=piped.dsts[0], chain=list(chain), loads=loads, hops=hop_ends,
-                             duration_s=round(time.monotonic() - started, 3))  # fmt: skip
-        if not result.ok:
-            cleanup()
-            node, message = relay_failure(result)
-            where = self._transport(node).where if node in (src, chain[0]) else None
-            raise RelayFailed(self._say(message), node=node, where=where, result=result)
-        return result
+        return run_relay(self, src=src, src_argv=src_argv, chain=chain, load_argv=load_argv)
 
 def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
     """The SparkNodes a site file describes: its [spark] table, with `root` of local nodes, the

@@ -11,6 +11,12 @@ Trust stays the site's: a hop from node X to node Y runs on X as
 file the site names for that hop decides whether Y is Y (never the node's own ssh config, its global
 known_hosts or an agent), and an unknown host key fails the hop instead of being added.
 
+Before the stream, lockstep opens every hop's connection at once: on each sending node an OpenSSH
+control master (same options) in a fresh 0700 directory, `/tmp/lockstep-relay-<token>-<node>`. A hop
+that cannot connect fails the relay before a byte is sent; otherwise the stream's hops are sessions on
+those connections, so a chain starts in about one connection's time, not one per hop. The stream's
+hop keeps the same options, so should a master be gone, it connects anew under the same trust.
+
 Every word of every node's script is `shlex.quote`d. The next node's script travels as base64 inside
 the hop's remote command (``sh -c "$(printf %s B64 | base64 -d)"``), because quoting a quoted script
 once per hop grows it fourfold per hop, and base64 only by a third.
@@ -24,13 +30,20 @@ stdout goes to stderr, so nothing it prints can be read as a report.
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import shlex
+import time
+import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import dagster as dg
 from pydantic import BaseModel, Field
 
-from resources.spark.results import PipeEnd, SparkError
+from resources.secrets import redact_argv
+from resources.spark.results import PipeEnd, PipeFailed, SparkError
 
 MARK = "lockstep-relay"
 # What a failed hop reports of its ssh's stderr.
@@ -322,3 +335,67 @@ class RelayFailed(SparkError):
     def __init__(self, message: str, *, node: str, where: str | None, result: RelayResult) -> None:
         super().__init__(message, node=node, where=where)
         self.result = result
+
+
+# ---- running it --------------------------------------------------------------------------------------
+
+
+def run_relay(spark: Any, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str]) -> RelayResult:
+    """SparkNodes.relay (`spark` is the resource): connect every hop, stream, read the reports."""
+    if not chain:
+        raise SparkError("relay needs at least one node in its chain", node=src)
+    if len(set(chain)) != len(chain) or src in chain:
+        raise SparkError(f"relay chain repeats a node or holds the source: {src} -> {' -> '.join(chain)}", node=src)
+    hops = relay_hops([spark.node(n) for n in chain], chain=chain)
+    token = uuid.uuid4().hex
+    timing = {"connect_timeout_s": spark.connect_timeout_s, "keepalive_s": spark.keepalive_s}
+    script = node_script(chain, hops, load_argv=[str(a) for a in load_argv], token=token, **timing)
+    dg.get_dagster_logger().info(
+        f"spark relay {src} -> {' -> '.join(chain)}: {shlex.join(redact_argv(src_argv, spark._secrets()))} | "
+        f"{shlex.join(load_argv)} on each node")  # fmt: skip
+    started = time.monotonic()
+
+    def on_senders(make: Any) -> list[Any]:
+        if not hops:
+            return []
+        with ThreadPoolExecutor(max_workers=len(hops)) as pool:
+            return list(pool.map(lambda hop: spark.run(node=hop.src, argv=["sh", "-c", make(hop)],
+                                                      timeout_s=4 * spark.connect_timeout_s + 10), hops))
+
+    def cleanup() -> None:
+        with contextlib.suppress(SparkError):
+            on_senders(lambda hop: cleanup_script(hop, token=token))
+
+    try:
+        connected = on_senders(lambda hop: connect_script(hop, token=token, **timing))
+    except SparkError:
+        cleanup()
+        raise
+    if failed := [(hop, done) for hop, done in zip(hops, connected, strict=True) if done.exit_code != 0]:
+        cleanup()
+        hop, done = failed[0]
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        ends = [RelayHopEnd(hop=h, exit_code=d.exit_code, stderr=d.stderr.decode("utf-8", "replace").splitlines()[-20:])
+                for h, d in zip(hops, connected, strict=True)]  # fmt: skip
+        idle = PipeEnd(node=src, exit_code=None, bytes=0, sha256=hashlib.sha256().hexdigest(),
+                       error="not started: a relay hop could not connect")  # fmt: skip
+        result = RelayResult(src=idle, head=idle.model_copy(update={"node": chain[0]}), chain=list(chain),
+                             loads=dict.fromkeys(chain), hops=ends, duration_s=round(time.monotonic() - started, 3))
+        raise RelayFailed(spark._say(
+            f"relay {hop.describe()} failed (ssh exit {done.exit_code}): {'; '.join(lines[-5:]) or 'no message'}; "
+            f"nothing was sent, so no node got the image; hops that failed to connect: "
+            f"{', '.join(f'{h.src} -> {h.dst}' for h, _ in failed)}"
+        ), node=hop.src, where=done.where, result=result)  # fmt: skip
+    try:
+        piped = spark.pipe(src=src, src_argv=src_argv, dsts=chain[:1], dst_argv=["sh", "-c", script])
+    except PipeFailed as exc:
+        piped = exc.result
+    loads, hop_ends = read_reports(piped.dsts[0].stdout, chain, hops)
+    result = RelayResult(src=piped.src, head=piped.dsts[0], chain=list(chain), loads=loads, hops=hop_ends,
+                         duration_s=round(time.monotonic() - started, 3))  # fmt: skip
+    if not result.ok:
+        cleanup()
+        node, message = relay_failure(result)
+        where = spark._transport(node).where if node in (src, chain[0]) else None
+        raise RelayFailed(spark._say(message), node=node, where=where, result=result)
+    return result
