@@ -271,7 +271,9 @@ def main() -> None:
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # the finally below removes the namespaces
 
-    signal.signal(signal.SIGTERM, stop)
+    # SIGINT too: a shell that starts us in the background hands SIGINT down ignored.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
     with tempfile.TemporaryDirectory(prefix="lockstep-lane-") as tmp:
         root = Path(tmp)
         lane = Lane(root, rate_mib=args.rate_mib)
