@@ -171,6 +171,12 @@ def tx_bytes() -> int:
     return int(Path("/sys/class/net/eth0/statistics/tx_bytes").read_text())
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine: every process on it, not only ours."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
 def inner(config_path: Path) -> None:
     """Time the four modes with lockstep's SparkNodes (run in the source namespace); write JSON."""
     from resources.spark import SparkNodes
@@ -204,9 +210,9 @@ def inner(config_path: Path) -> None:
         line = f"head -c {size} /dev/zero | {ssh(root / 'client', root / 'known_hosts', chain[0])} {shlex.quote(script)}"
         subprocess.run(["bash", "-c", line], check=True, timeout=600)
 
-    def run(mode: str, size: int) -> tuple[float, float]:
+    def run(mode: str, size: int) -> tuple[float, float, float]:
         spark.close()  # every mode starts from no connection, as a run does
-        tx0, started = tx_bytes(), time.perf_counter()
+        (busy0, total0), tx0, started = cpu_ticks(), tx_bytes(), time.perf_counter()
         if mode == "1 node":
             done = [spark.pipe(src="src", src_argv=produce(size), dsts=["a"], dst_argv=sink)]
         elif mode == "star parallel":
@@ -225,7 +231,8 @@ def inner(config_path: Path) -> None:
             done = []
         for result in done:
             assert all(d.exit_code == 0 and d.bytes == size for d in result.dsts), result
-        return time.perf_counter() - started, (tx_bytes() - tx0) / size
+        seconds, (busy1, total1) = time.perf_counter() - started, cpu_ticks()
+        return seconds, (tx_bytes() - tx0) / size, (busy1 - busy0) / max(1, total1 - total0)
 
     size = cfg["mib"] * MiB
     try:
@@ -233,15 +240,17 @@ def inner(config_path: Path) -> None:
             run(mode, 4 * MiB)
         times: dict[str, list[float]] = {m: [] for m in MODES}
         copies: dict[str, list[float]] = {m: [] for m in MODES}
+        busy: dict[str, list[float]] = {m: [] for m in MODES}
         for _ in range(cfg["repeat"]):
             for mode in MODES:
-                seconds, uplink = run(mode, size)
+                seconds, uplink, cpu = run(mode, size)
                 times[mode].append(seconds)
                 copies[mode].append(uplink)
-                print(f"  {mode:<16} {seconds:6.2f} s  uplink {uplink:4.2f} copies", flush=True)
+                busy[mode].append(cpu)
+                print(f"  {mode:<16} {seconds:6.2f} s  uplink {uplink:4.2f} copies  CPU busy {cpu:4.0%}", flush=True)
     finally:
         spark.close()
-    Path(cfg["out"]).write_text(json.dumps({"times": times, "copies": copies}))
+    Path(cfg["out"]).write_text(json.dumps({"times": times, "copies": copies, "busy": busy}))
 
 
 # ---- the outer run -----------------------------------------------------------------------------------
@@ -300,10 +309,13 @@ def main() -> None:
         print(f"  {link:<8} {_qdisc_line(text)}")
     times = {m: statistics.median(v) for m, v in results["times"].items()}
     copies = {m: statistics.median(v) for m, v in results["copies"].items()}
+    busy = {m: statistics.median(v) for m, v in results["busy"].items()}
     ideal = args.mib / args.rate_mib
-    print(f"{'mode':<18}{'seconds':>9}{'x time(1)':>11}{'uplink copies':>15}   (one copy at the link rate: {ideal:.2f} s)")
+    print(f"{'mode':<18}{'seconds':>9}{'x time(1)':>11}{'uplink copies':>15}{'CPU busy':>10}"
+          f"   (one copy at the link rate: {ideal:.2f} s; CPU busy: the whole machine's, every process on it)")
     for mode in MODES:
-        print(f"{mode:<18}{times[mode]:>9.2f}{times[mode] / times['1 node']:>11.2f}{copies[mode]:>15.2f}")
+        print(f"{mode:<18}{times[mode]:>9.2f}{times[mode] / times['1 node']:>11.2f}{copies[mode]:>15.2f}"
+              f"{busy[mode]:>10.0%}")
     ratios = [r / o for o, r in zip(results["times"]["1 node"], results["times"]["relay"], strict=True)]
     print(f"star parallel 3/1 = {times['star parallel'] / times['1 node']:.2f}, star sequential 3/1 = "
           f"{times['star sequential'] / times['1 node']:.2f}; relay per round: " + ", ".join(f"{r:.2f}" for r in ratios))
