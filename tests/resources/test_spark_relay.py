@@ -17,11 +17,13 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
-from jovian_assets.node_build import NodeImage, distribute_image
+from jovian_assets.node_assets import distributed_image
+from jovian_assets.node_build import NodeImage
 from resources.errors import FileFormatError
-from resources.site import load_site
+from resources.site import SiteResource, load_site
 from resources.spark import SparkNodes, spark_for
 from resources.spark.relay import RelayFailed
 from sandbox.spark_nodes import install_node, node_env
@@ -187,7 +189,34 @@ def docker_archive(tag: str) -> bytes:
     return out.getvalue()
 
 
-def test_relay_distribution_loads_the_image_on_every_node_and_compares_the_ids(lane: dict) -> None:
+def lane_site(lane: dict, path: Path) -> Path:
+    """A site file for this lane: the build node is the local `src`, the lane n1..n3 over ssh, a relay."""
+    nodes = f'[[spark.nodes]]\nname = "src"\ntransport = "local"\nroot = "{lane["src"]}"\nroles = ["build"]\n'
+    for name, server in lane["servers"].items():
+        nodes += f'\n[[spark.nodes]]\nname = "{name}"\nhost = "{server.host}"\nport = {server.port}\nuser = "{server.user}"\n'
+        if name != CHAIN[-1]:
+            nodes += (f'relay_key = "{lane["relay_key"]}"\n'
+                      f'relay_known_hosts = "{lane["roots"][name] / "relay_known_hosts"}"\n')  # fmt: skip
+    path.write_text(GOOD + f"""
+[jovian]
+lab_repo = "https://github.com/lab/rtx6kpro.git"
+build_repo = "https://github.com/lab/docker-images.git"
+build_node = "src"
+distribute = "relay"
+
+[jovian.lane]
+nodes = {json.dumps(CHAIN)}
+
+[spark]
+known_hosts = "{lane["known_hosts"]}"
+key_path = "{lane["client_key"]}"
+passphrase_env = "{PASSPHRASE_ENV}"
+
+""" + nodes)
+    return path
+
+
+def test_distributed_image_in_relay_mode_loads_the_image_on_every_node_and_compares_the_ids(lane: dict, tmp_path: Path) -> None:
     tag = "jovian-judgement:r28-glm53"
     load = subprocess.run(["docker", "load"], input=docker_archive(tag), env=node_env(lane["src"]), cwd=lane["src"],
                           capture_output=True, timeout=60)  # fmt: skip
@@ -196,12 +225,20 @@ def test_relay_distribution_loads_the_image_on_every_node_and_compares_the_ids(l
                                capture_output=True, timeout=60, check=True)  # fmt: skip
     image_id = json.loads(inspected.stdout)[0]["Id"]
     image = NodeImage(rev="r28", tag=tag, node="src", image_id=image_id, build_dir_checksum="c0ffee", duration_s=0.0)
-    nodes = spark(lane)
+    site_file = lane_site(lane, tmp_path / "site.toml")
+    spark_nodes = spark_for(load_site(site_file))
     try:
-        done = distribute_image(nodes, image, nodes=CHAIN, mode="relay")
+        done = distributed_image(dg.build_asset_context(), site=SiteResource(path=str(site_file)), spark=spark_nodes,
+                                 image=image)  # fmt: skip
     finally:
-        nodes.close()
-    assert done.mode == "relay" and done.nodes == dict.fromkeys(CHAIN, image_id) and done.bytes > 2 * MiB
+        spark_nodes.close()
+    assert done.value.mode == "relay" and done.metadata["mode"].value == "relay"
+    assert done.value.nodes == dict.fromkeys(CHAIN, image_id) and done.value.bytes > 2 * MiB
+    # Each node's docker holds it, loaded from what the node before it forwarded.
+    for name in CHAIN:
+        shown = subprocess.run(["docker", "image", "inspect", tag], env=node_env(lane["roots"][name]),
+                               cwd=lane["roots"][name], capture_output=True, timeout=60, check=True)  # fmt: skip
+        assert json.loads(shown.stdout)[0]["Id"] == image_id, name
 
 
 # -- the site keys ----------------------------------------------------------------------------------
