@@ -132,7 +132,8 @@ def build_image_asset(pool: str) -> dg.AssetsDefinition:
     code_version="1",
     description=(
         "The image on every lane node: ONE `docker save` on the build node streamed to every lane node's "
-        "`docker load` in parallel, then the image ID on each node compared with the built one (never a "
+        "`docker load` in parallel (or, with [jovian] distribute = \"relay\", to the first lane node, each node "
+        "forwarding to the next over its own ssh), then the image ID on each node compared with the built one (never a "
         "registry digest: `docker load` keeps only the config digest). A mismatch or partial load fails, naming the node."
     ),
 )
@@ -142,15 +143,12 @@ def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, spa
     jovian = _jovian(site)
     if jovian.lane is None:
         raise NodeBuildFailed(f"{config.path}: no [jovian.lane]: nothing to distribute to")
-    piped = spark.pipe(src=image.node, src_argv=["docker", "save", image.tag],
-                       dsts=jovian.lane.nodes, dst_argv=["docker", "load"])
-    ids = {node: inspect_image(spark, node=node, tag=image.tag)["Id"] for node in jovian.lane.nodes}
-    wrong = [f"{node} holds {i}" for node, i in ids.items() if i != image.image_id]
-    if wrong:
-        raise NodeBuildFailed(f"{image.tag} is {image.image_id} on {image.node}, but " + "; ".join(wrong))
-    sent = piped.src.bytes
-    return dg.Output(Distribution(tag=image.tag, image_id=image.image_id, nodes=ids, bytes=sent), metadata={
+    from jovian_assets.node_build import distribute_image
+
+    done = distribute_image(spark, image, nodes=jovian.lane.nodes, mode=jovian.distribute)
+    return dg.Output(done, metadata={
         "image_id": dg.MetadataValue.text(image.image_id),
-        "nodes": _table([{"node": n, "image_id": i} for n, i in ids.items()], ["node", "image_id"]),
-        "bytes": dg.MetadataValue.int(sent),
+        "nodes": _table([{"node": n, "image_id": i} for n, i in done.nodes.items()], ["node", "image_id"]),
+        "bytes": dg.MetadataValue.int(done.bytes),
+        "mode": dg.MetadataValue.text(done.mode),
     })

@@ -54,6 +54,23 @@ class Distribution(BaseModel):
     image_id: str
     nodes: dict[str, str]  # node -> image ID it holds after `docker load`
     bytes: int
+    mode: str = "star"  # [jovian] distribute: star (lockstep to each node) or relay (node to node)
+
+
+def distribute_image(spark: SparkNodes, image: NodeImage, *, nodes: list[str], mode: str) -> Distribution:
+    """ONE plain `docker save` on the build node into every node's `docker load` — in parallel from
+    lockstep (star) or along the chain `nodes` (relay) — then the image ID on every node compared with
+    the built one, whichever way the bytes went."""
+    save, load = ["docker", "save", image.tag], ["docker", "load"]
+    if mode == "relay":
+        sent = spark.relay(src=image.node, src_argv=save, chain=nodes, load_argv=load).src.bytes
+    else:
+        sent = spark.pipe(src=image.node, src_argv=save, dsts=nodes, dst_argv=load).src.bytes
+    ids = {node: inspect_image(spark, node=node, tag=image.tag)["Id"] for node in nodes}
+    wrong = [f"{node} holds {i}" for node, i in ids.items() if i != image.image_id]
+    if wrong:
+        raise NodeBuildFailed(f"{image.tag} is {image.image_id} on {image.node}, but " + "; ".join(wrong))
+    return Distribution(tag=image.tag, image_id=image.image_id, nodes=ids, bytes=sent, mode=mode)
 
 
 def manifest_checksum(root: Path) -> str:

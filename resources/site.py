@@ -247,11 +247,23 @@ class SparkNode(Table):
     user: str = Field(default="", description="Login name; empty: the user lockstep runs as (as ssh does).")
     root: str = ""
     roles: list[Literal["build", "lane"]] = Field(default_factory=list)
+    # A relay chain ([jovian] distribute = "relay"): this node forwards the stream to the next lane node
+    # with its OWN OpenSSH client, trusting only these two files, which live ON THIS NODE.
+    relay_key: str | None = Field(default=None, description="Private key on this node for its relay hop.")
+    relay_known_hosts: str | None = Field(default=None, description="known_hosts on this node for its relay hop.")
+    relay_host: str | None = Field(default=None, description="How the previous node reaches this one; unset: host.")
 
-    @field_validator("host")
+    @field_validator("host", "relay_host")
     @classmethod
-    def _host(cls, value: str) -> str:
-        return check_host("host", value) if value else value
+    def _host(cls, value: str | None, info: Any) -> str | None:
+        return check_host(info.field_name, value) if value else value
+
+    @field_validator("relay_key", "relay_known_hosts")
+    @classmethod
+    def _node_path(cls, value: str | None, info: Any) -> str | None:
+        from resources.site_rules import check_node_path
+
+        return None if value is None else check_node_path(info.field_name, value)
 
     @field_validator("user")
     @classmethod
@@ -355,6 +367,11 @@ class SiteConfig(Table):
                 if name not in have:
                     known = f"the [[spark.nodes]] are {', '.join(have)}" if have else "the site has no [[spark.nodes]]"
                     raise KeyRefused(key, f"node {name!r} is not a [[spark.nodes]] name ({known})")
+            if self.jovian.distribute == "relay" and self.jovian.lane is not None and self.spark is not None:
+                from resources.spark.relay import relay_site_rule
+
+                if refused := relay_site_rule(self.spark.nodes, self.jovian.lane.nodes):
+                    raise KeyRefused(("spark", *refused[0]), refused[1])
         return self
 
     def repository_urls(self) -> dict[tuple[str, ...], str]:

@@ -83,6 +83,9 @@ class JovianSection(Table):
     poll_s: float = Field(default=30.0, gt=0)
     boot_gates: list[BootGate] = Field(default_factory=lambda: list(DEFAULT_BOOT_GATES))
     lane: LaneSection | None = None
+    distribute: str = Field(
+        default="star", description="star: lockstep streams to every lane node; relay: to the first, each node "
+        "forwards to the next with its own ssh (its [[spark.nodes]] relay_key / relay_known_hosts).")
     lineages: list[Lineage] = Field(
         default_factory=list, description="Build dirs by rev: a rev before every lineage builds from build_dir.")
     owners: Owners | None = Field(default=None, description="Owners of the jovian assets; unset: [site] owners.")
@@ -103,6 +106,13 @@ class JovianSection(Table):
         """The build dir of `rev`: the lineage with the latest `from_rev` at or before it, else build_dir."""
         started = [lin for lin in self.lineages if rev_order(lin.from_rev) <= rev_order(rev)]
         return max(started, key=lambda lin: rev_order(lin.from_rev)).dir if started else self.build_dir
+
+    @field_validator("distribute")
+    @classmethod
+    def _distribute(cls, value: str) -> str:
+        if value not in ("star", "relay"):
+            raise ValueError(f"{value!r} is not a distribution mode: \"star\" (the default) or \"relay\"")
+        return value
 
     @field_validator("versions_keys", "repository_keys")
     @classmethod

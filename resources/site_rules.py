@@ -120,3 +120,19 @@ def check_local_image_tag(kind: str, value: str, shown: str | None = None) -> st
 def check_host_port(text: str) -> bool:
     host, _, port = text.partition(":")
     return bool(_HOST.match(host)) and (not port or port.isdigit())
+
+
+# A path on a node that becomes an OpenSSH option value (ssh expands '%' tokens and '~' in them):
+# absolute, and every part a plain name.
+_NODE_PATH_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def check_node_path(kind: str, value: object) -> str:
+    """An absolute path on a node whose every part is a plain name (no '..', '.', '%', '~' or spaces)."""
+    parts = value[1:].split("/") if isinstance(value, str) and value.startswith("/") else None
+    if not parts or any(p in ("", ".", "..") or not _NODE_PATH_PART.match(p) for p in parts):
+        raise NameRefused(
+            f"{kind} {value!r} is not a plain absolute path on the node: it must start with '/' and each part be "
+            "letters, digits, '.', '_', '-' (no '..', no empty part, no '~' or '%': ssh would expand them)"
+        )
+    return value

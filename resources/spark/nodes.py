@@ -107,7 +107,7 @@ class SparkNodes(dg.ConfigurableResource):
                 raise ValueError(f"node {n.name}: an ssh node needs a host")
             if n.transport == "local" and not n.root:
                 raise ValueError(f"node {n.name}: a local node needs a root directory")
-        return [n.model_dump() for n in nodes]
+        return [n.model_dump(exclude_none=True) for n in nodes]  # Dagster config maps refuse None values
 
     # -- plumbing --
 
@@ -513,6 +513,20 @@ class SparkNodes(dg.ConfigurableResource):
             raise PipeFailed(self._say(f"{shown}: {message}"), node=node, where=where, result=result)
         return result
 
+    def relay(self, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str]) -> Any:
+        """Stream `src_argv`'s stdout on node `src` along `chain`: lockstep sends it to ``chain[0]`` only,
+        and every node tees it into its own `load_argv` and into its own OpenSSH client to the next node,
+        with the key and known_hosts the site names for that hop (``relay_key``/``relay_known_hosts`` of
+        the sending node's [[spark.nodes]] entry; resources/spark/relay.py). One copy crosses each link.
+
+        Every hop's connection is opened first, all at once; a hop that cannot connect (an unknown host
+        key, a refused key) fails the relay before a byte is sent. Returns a RelayResult (the producer,
+        what the head was sent, each node's load exit code, each hop's). Raises RelayFailed naming the
+        hop or node at fault and which nodes got the stream.
+        """
+        from resources.spark.relay import run_relay
+
+        return run_relay(self, src=src, src_argv=src_argv, chain=chain, load_argv=load_argv)
 
 def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
     """The SparkNodes a site file describes: its [spark] table, with `root` of local nodes, the
@@ -525,7 +539,7 @@ def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
         raise LockstepError(f"{site.path}: no [spark] table; add one with the nodes (see [[spark.nodes]])")
     nodes = []
     for node in section.nodes:
-        data = node.model_dump()
+        data = node.model_dump(exclude_none=True)
         if node.transport == "local" and node.root:
             data["root"] = str(site.resolve_path(node.root))
         nodes.append(data)
