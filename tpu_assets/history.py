@@ -129,12 +129,12 @@ class VerifiedHistory(Newest[VerifiedBuild]):
     """`tpu/verified_image` newest first (VerifiedRecords): a build's records are read by its partition,
     a digest by the data-version index, so a lookup costs the same at 10 records as at 10,000."""
 
-    def __init__(self, instance: dg.DagsterInstance) -> None:
+    def __init__(self, instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> None:
         self._instance = instance
         self._newest_of: dict[str, VerifiedBuild | None] = {}
         # Not read until walked: a plan looks its builds up by partition and may never walk this at all.
         super().__init__(lambda limit, cursor: instance.fetch_materializations(VERIFIED_IMAGE, limit=limit, cursor=cursor),
-                         _verified, eager=False)
+                         _verified, first=first, eager=False)
 
     def _of_builds(self, builds: Sequence[str], *, first: int = FIRST_PAGE) -> Newest[VerifiedBuild]:
         return _newest(self._instance, dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, asset_partitions=list(builds)),
@@ -182,9 +182,9 @@ class VerifiedHistory(Newest[VerifiedBuild]):
         return next((v for v in self if match(v)), None)
 
 
-def verified_history(instance: dg.DagsterInstance) -> VerifiedHistory:
-    """Every verified build, newest first, read only as far back as it is used."""
-    return VerifiedHistory(instance)
+def verified_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> VerifiedHistory:
+    """Every verified build, newest first, read only as far back as it is used (`first` records at first)."""
+    return VerifiedHistory(instance, first=first)
 
 
 def _move(record: dg.EventLogRecord) -> TagMove:
@@ -197,10 +197,10 @@ def _move(record: dg.EventLogRecord) -> TagMove:
 class TagHistory(Newest[TagMove]):
     """`tpu/floating_tag`'s moves newest first (MoveLog): the current state and hold are its first record."""
 
-    def __init__(self, instance: dg.DagsterInstance) -> None:
+    def __init__(self, instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> None:
         self._instance = instance
         super().__init__(lambda limit, cursor: instance.fetch_materializations(FLOATING_TAG, limit=limit, cursor=cursor),
-                         _move)
+                         _move, first=first)
 
     def was_on_tag(self, digest: str) -> bool:
         # Each record's data version is the digest it left the tag at; the first record's from-digest
@@ -208,10 +208,10 @@ class TagHistory(Newest[TagMove]):
         return _has_data_version(self._instance, FLOATING_TAG, digest)
 
 
-def tag_history(instance: dg.DagsterInstance) -> TagHistory:
+def tag_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> TagHistory:
     """Every move of the floating tag, newest first: lockstep's own and the `observed` ones, read
-    only as far back as it is used."""
-    return TagHistory(instance)
+    only as far back as it is used (`first` records at first: 1 is where the tag is and its hold)."""
+    return TagHistory(instance, first=first)
 
 
 def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None) -> LogState:

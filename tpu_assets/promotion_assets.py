@@ -20,6 +20,7 @@ from resources.uv import UvCli, UvLock
 from tpu_assets.attestation import require_attestation
 from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
+    FIRST_PAGE,
     FLOATING_TAG,
     VERIFIED_IMAGE,
     intent_observation,
@@ -108,9 +109,12 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
 
         current = registry.resolve(repository=repository, reference=tag)
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
-        logged = tag_history(context.instance)
+        # A promote or a release judges the newest record (where the tag is, its hold) and the newest
+        # build or two; a rollback walks back a few: each reads only that to begin with.
+        rolling_back = config.action == "rollback"
+        logged = tag_history(context.instance, first=FIRST_PAGE if rolling_back else 1)
         found = unrecorded_moves(log_state(context.instance, logged), current, recorder=f"run {run_id}")
-        verified, attested = verified_history(context.instance), ""
+        verified, attested = verified_history(context.instance, first=FIRST_PAGE if rolling_back else 2), ""
         try:
             build, override = config.build, None
             # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).

@@ -22,7 +22,7 @@ from resources.errors import LockstepError
 from resources.links import commit_entries
 from resources.site import SiteConfig, SiteResource
 from resources.site_promotion import PromotionSection
-from tpu_assets.history import FIRST_PAGE, RECORD_KIND, VERIFIED_IMAGE
+from tpu_assets.history import RECORD_KIND, VERIFIED_IMAGE
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.promotion import PromotionRefused, floating_tag_lock_name
 from tpu_assets.promotion_policy import (
@@ -41,6 +41,8 @@ _PAGE = 500
 _BUILD = re.compile(r"^[0-9a-f]{4,40}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TEXT = 500
+# A promote judges the newest build, and the one before when that is rejected: read together.
+PROMOTE_CANDIDATES = 2
 
 
 def rejections(instance: dg.DagsterInstance, builds: Sequence[str] | None = None) -> dict[str, Rejection]:
@@ -157,7 +159,7 @@ def policy_gate(instance: dg.DagsterInstance, policy: PromotionSection, *,
     refuse) and the freeze it overrode; PolicyRefused when the site's rules say not now."""
     known = RejectionsByBuild(instance)
     if not build:  # the newest builds are the candidates: their rejections in one read
-        known.prefetch(v.build for v in itertools.islice(verified, FIRST_PAGE))
+        known.prefetch(v.build for v in itertools.islice(verified, PROMOTE_CANDIDATES))
     target = promotion_target(verified, build=build, rejections=known)
     if target is None:
         if not build and (newest := next(iter(verified), None)) is not None:  # every verified build is rejected
