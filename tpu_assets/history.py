@@ -26,6 +26,8 @@ FLOATING_TAG = dg.AssetKey(["tpu", "floating_tag"])
 _PAGE = 500
 # A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
 FIRST_PAGE = 4
+# A promote judges the newest verified build (and the one before it when that one is rejected).
+PROMOTE_FIRST = 2
 # Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag to
 # the digest a move left the tag at.
 DATA_VERSION_TAG = "dagster/data_version"
@@ -127,12 +129,12 @@ def _has_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, digest: st
 
 class VerifiedHistory(Newest[VerifiedBuild]):
     """`tpu/verified_image` newest first (VerifiedRecords): a build's records are read by its partition,
-    a digest by the data-version index, so a lookup costs the same at 10 records as at 10,000."""
+    a digest by the data-version index, so a lookup costs the same at 10 records as at 10,000. The
+    first page is twice the log's: builds are verified that are never promoted."""
 
-    def __init__(self, instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> None:
+    def __init__(self, instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE) -> None:
         self._instance = instance
-        self._newest_of: dict[str, VerifiedBuild | None] = {}
-        # Not read until walked: a plan looks its builds up by partition and may never walk this at all.
+        # Not read until used: a plan may look its builds up by partition and never walk this at all.
         super().__init__(lambda limit, cursor: instance.fetch_materializations(VERIFIED_IMAGE, limit=limit, cursor=cursor),
                          _verified, first=first, eager=False)
 
@@ -141,22 +143,19 @@ class VerifiedHistory(Newest[VerifiedBuild]):
                        _verified, first=first)
 
     def prefetch(self, builds: Sequence[str]) -> None:
-        wanted = sorted({b for b in builds if b not in self._newest_of})
-        if not wanted:
-            return
-        page = self._of_builds(wanted, first=2 * len(wanted))  # a build may have been verified more than once
-        for v in page._items:
-            self._newest_of.setdefault(v.build, v)
-        if not page._more:  # every record of these builds was read: the rest have none
-            for b in wanted:
-                self._newest_of.setdefault(b, None)
+        # The builds a plan asks about are mostly among the newest verified ones: one read of those.
+        # Not one read by all their partitions: SQLite's planner answers that by walking every record
+        # of the asset. A build not among them is read alone, by its partition, when it is looked up.
+        if builds and not self._started:
+            self._read()
 
     def named(self, prefix: str) -> Iterator[VerifiedBuild]:
         if _FULL_SHA.match(prefix):
             # Read already (the newest part of the history): that is the build's newest record.
             if (hit := next((v for v in self._items if v.build == prefix), None)) is not None:
                 yield hit
-                yield from itertools.dropwhile(lambda v: v != hit, self._of_builds([prefix]))
+                # The rest only when asked for: past that record in the build's own, newest first.
+                yield from itertools.islice(itertools.dropwhile(lambda v: v != hit, self._of_builds([prefix])), 1, None)
                 return
             builds = [prefix]
         else:  # a person's short prefix: the partition names (one read of short strings), then their records
@@ -172,17 +171,13 @@ class VerifiedHistory(Newest[VerifiedBuild]):
         if (found := next((v for v in self._items if match(v)), None)) is not None:
             return found
         if build is not None:
-            if build in self._newest_of and (newest := self._newest_of[build]) is not None and match(newest):
-                return newest
-            if self._newest_of.get(build, "unknown") is None:
-                return None
             return next((v for v in self._of_builds([build]) if match(v)), None)
         if not _has_data_version(self._instance, VERIFIED_IMAGE, digest):
             return None  # never verified (a hand move, a digest from before lockstep): no walk
         return next((v for v in self if match(v)), None)
 
 
-def verified_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> VerifiedHistory:
+def verified_history(instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE) -> VerifiedHistory:
     """Every verified build, newest first, read only as far back as it is used (`first` records at first)."""
     return VerifiedHistory(instance, first=first)
 

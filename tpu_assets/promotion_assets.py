@@ -22,6 +22,7 @@ from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
     FIRST_PAGE,
     FLOATING_TAG,
+    PROMOTE_FIRST,
     VERIFIED_IMAGE,
     intent_observation,
     log_state,
@@ -114,7 +115,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         rolling_back = config.action == "rollback"
         logged = tag_history(context.instance, first=FIRST_PAGE if rolling_back else 1)
         found = unrecorded_moves(log_state(context.instance, logged), current, recorder=f"run {run_id}")
-        verified, attested = verified_history(context.instance, first=FIRST_PAGE if rolling_back else 2), ""
+        verified = verified_history(context.instance) if rolling_back else verified_history(context.instance, first=PROMOTE_FIRST)
+        attested = ""
         try:
             build, override = config.build, None
             # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).

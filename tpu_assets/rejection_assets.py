@@ -9,7 +9,6 @@ the lock either ran before the rejection was recorded or sees it.
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's config annotation at definition time.
-import itertools
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,8 +40,6 @@ _PAGE = 500
 _BUILD = re.compile(r"^[0-9a-f]{4,40}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TEXT = 500
-# A promote judges the newest build, and the one before when that is rejected: read together.
-PROMOTE_CANDIDATES = 2
 
 
 def rejections(instance: dg.DagsterInstance, builds: Sequence[str] | None = None) -> dict[str, Rejection]:
@@ -79,13 +76,6 @@ class RejectionsByBuild(Mapping[str, Rejection]):
         if (found := self._known[build]) is None:
             raise KeyError(build)
         return found
-
-    def prefetch(self, builds: Iterable[str]) -> None:
-        """Read these builds' records in one go (the ones a promote is about to judge)."""
-        wanted = [b for b in dict.fromkeys(builds) if b not in self._known]
-        if wanted:
-            found = rejections(self._instance, wanted)
-            self._known.update({b: found.get(b) for b in wanted})
 
     def __iter__(self) -> Iterator[str]:  # the whole record: only for a caller that asks for every build
         return iter(rejections(self._instance))
@@ -143,7 +133,7 @@ def record_rejection(instance: dg.DagsterInstance, site: SiteConfig, *, build: s
     by = checked_text("by (who)", by, required=True)
     reason = checked_text("reason", reason, required=rejected)
     with floating_tag_lock(instance, name=floating_tag_lock_name(site), timeout_s=lock_timeout_s, holder=holder):
-        before = rejections(instance).get(full)
+        before = rejections(instance, [full]).get(full)
         if (before is not None and before.rejected) == rejected:
             raise LockstepError(
                 f"build {full[:12]} is {'already rejected' if rejected else 'not rejected'}"
@@ -158,8 +148,6 @@ def policy_gate(instance: dg.DagsterInstance, policy: PromotionSection, *,
     """The build a promote means (full sha; `build` itself when there is none, for promote_move to
     refuse) and the freeze it overrode; PolicyRefused when the site's rules say not now."""
     known = RejectionsByBuild(instance)
-    if not build:  # the newest builds are the candidates: their rejections in one read
-        known.prefetch(v.build for v in itertools.islice(verified, PROMOTE_CANDIDATES))
     target = promotion_target(verified, build=build, rejections=known)
     if target is None:
         if not build and (newest := next(iter(verified), None)) is not None:  # every verified build is rejected

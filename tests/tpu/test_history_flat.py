@@ -18,9 +18,15 @@ import pytest
 from resources.git import GitRemotes
 from resources.site_promotion import PromotionSection
 from tests.tpu import history_fill as hf
-from tpu_assets.history import log_state, move_materialization, tag_history, verified_history
+from tpu_assets.history import (
+    PROMOTE_FIRST,
+    log_state,
+    move_materialization,
+    tag_history,
+    verified_history,
+)
 from tpu_assets.promotion import decide_move
-from tpu_assets.rejection_assets import PROMOTE_CANDIDATES, now_utc, policy_gate
+from tpu_assets.rejection_assets import now_utc, policy_gate
 from tpu_assets.rollback import ListedVerified, TagMove, current_state, plan_rollback
 
 
@@ -60,17 +66,17 @@ def instances(tmp_path: Path) -> Iterator[list[dg.DagsterInstance]]:
 
 @pytest.fixture(scope="module")
 def promoted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[dg.DagsterInstance, hf.Filled]]]:
-    """Two histories only read by the tests that use them: 6 and 500 builds, each verified and promoted in turn."""
+    """Two histories only read by the tests that use them: 12 and 500 builds, each verified and promoted in turn."""
     with (dg.instance_for_test(temp_dir=str(tmp_path_factory.mktemp("short"))) as short,
           dg.instance_for_test(temp_dir=str(tmp_path_factory.mktemp("long"))) as long):
-        yield [(short, hf.fill(short, hf.site(), 6)), (long, hf.fill(long, hf.site(), 500))]
+        yield [(short, hf.fill(short, hf.site(), 12)), (long, hf.fill(long, hf.site(), 500))]
 
 
 def no_fix(commit: str, required: str) -> bool:
     return True
 
 
-def test_a_rollback_plan_reads_as_much_after_500_promotions_as_after_6(
+def test_a_rollback_plan_reads_as_much_after_500_promotions_as_after_12(
     promoted: list[tuple[dg.DagsterInstance, hf.Filled]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen = []
@@ -86,7 +92,7 @@ def test_a_rollback_plan_reads_as_much_after_500_promotions_as_after_6(
         seen.append((list(reads.calls), reads.records))
     assert seen[0] == seen[1]
     calls, records = seen[1]
-    assert len(calls) == 2 and records <= 8  # the newest page of moves; one read for those builds' records
+    assert len(calls) == 2 and records <= 4 + 8  # the newest page of moves; the newest verified builds
 
 
 def test_a_plan_walks_back_past_hand_moves_only_as_far_as_the_first_verified_digest(
@@ -140,7 +146,7 @@ def test_a_promote_reads_the_newest_records_and_one_rejection_per_build_it_judge
         logged = tag_history(instance, first=1)  # as floating_tag reads for a promote
         state = log_state(instance, logged)
         assert (state.current, state.hold) == (filled.digests[-3], False) == current_state(logged)
-        verified = verified_history(instance, first=PROMOTE_CANDIDATES)
+        verified = verified_history(instance, first=PROMOTE_FIRST)
         build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
         move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
                               current=state.current, build=build)
@@ -149,8 +155,8 @@ def test_a_promote_reads_the_newest_records_and_one_rejection_per_build_it_judge
         seen.append((list(reads.calls), reads.records))
     assert seen[0] == seen[1]
     calls, records = seen[1]
-    # moves page, intents after it, the newest verified page, the rejections of the builds on it
-    assert len(calls) == 4 and records <= 1 + 2 + 2
+    # the newest move, intents after it, the newest two verified builds, each judged build's rejections
+    assert len(calls) == 5 and records <= 1 + 2 + 1
 
 
 def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory(tmp_path: Path) -> None:
@@ -170,6 +176,9 @@ def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory
             instance.report_runless_asset_event(move_materialization(cfg, move))
         moves_all, verified_all = list(tag_history(instance)), list(verified_history(instance))
         assert len(moves_all) == 16 and len(verified_all) == 13
+        walked = verified_history(instance)
+        assert walked[0].build == filled.builds[3]  # its newest record is read: the rest come from its partition
+        assert list(walked.named(filled.builds[3])) == [v for v in verified_all if v.build == filled.builds[3]]
 
         def fixed_in(at: int):  # type: ignore[no-untyped-def]
             return lambda commit, required: int(commit, 16) - 0xA0000 >= at
