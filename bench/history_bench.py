@@ -9,8 +9,9 @@ the one before; the newest build is verified, not promoted yet), batched (tests/
 Then, alternating in one loop (the order rotates every round, so all three see the same load):
 
 - base: one `fetch_materializations(tpu/floating_tag, limit=1)`;
-- promote: what promote_tpu reads before its registry write: the log's newest records, the intents
-  after them, the verified builds and their rejections (`log_state`, `policy_gate`, `decide_move`);
+- promote: what promote_tpu reads before its registry write, the registry agreeing with the log:
+  the newest move, the newest verified builds and their rejections (`log_state`, `policy_gate`,
+  `decide_move`);
 - rollback: the rollback plan (`rollback_plan` over `tag_history`/`verified_history`), current digest
   as the log has it (the registry read is not part of the plan).
 
@@ -79,7 +80,7 @@ def measure(instance: dg.DagsterInstance, filled: hf.Filled, git: GitRemotes, ro
 
     def promote() -> None:
         logged = tag_history(instance, first=1)  # as floating_tag reads for a promote
-        state = log_state(instance, logged)
+        state = log_state(instance, logged, registry_at=filled.digests[-2])  # the registry agrees with the log
         verified = verified_history(instance, first=PROMOTE_FIRST)
         build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
         move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],

@@ -209,9 +209,15 @@ def tag_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> Tag
     return TagHistory(instance, first=first)
 
 
-def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None) -> LogState:
+_UNREAD = object()
+
+
+def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None, *,
+              registry_at: str | None | object = _UNREAD) -> LogState:
     """The log's newest record and the intents logged after it: two small reads, fit for a sensor tick
-    (one when `log`, the history this run already read, gives the newest record)."""
+    (one when `log`, the history this run already read, gives the newest record). `registry_at`: where
+    the writer asking has just read the tag; when the newest record says the same, the intents are
+    not read (they cannot change what unrecorded_moves records then: nothing)."""
     if log is not None:
         latest = log.records[0] if log.records else None
     else:
@@ -220,6 +226,8 @@ def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None) -> Lo
     if latest is not None:
         move = _move(latest)
         state = LogState(current=move.to_digest, hold=move.hold, last_storage_id=latest.storage_id)
+    if registry_at is not _UNREAD and registry_at == state.current:
+        return state
     observed = instance.fetch_observations(
         dg.AssetRecordsFilter(asset_key=FLOATING_TAG, after_storage_id=state.last_storage_id), limit=_PAGE
     ).records

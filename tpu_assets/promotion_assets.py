@@ -114,7 +114,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         # build or two; a rollback walks back a few: each reads only that to begin with.
         rolling_back = config.action == "rollback"
         logged = tag_history(context.instance, first=FIRST_PAGE if rolling_back else 1)
-        found = unrecorded_moves(log_state(context.instance, logged), current, recorder=f"run {run_id}")
+        found = unrecorded_moves(log_state(context.instance, logged, registry_at=current), current,
+                                 recorder=f"run {run_id}")
         verified = verified_history(context.instance) if rolling_back else verified_history(context.instance, first=PROMOTE_FIRST)
         attested = ""
         try:
