@@ -219,6 +219,7 @@ def rollback_plan(must_contain: str, build: str) -> None:
     from resources.git import git_for
     from resources.registry import registry_for
     from resources.site import load_site
+    from tpu_assets.history import tag_history, verified_history
     from tpu_assets.promotion import plan_for
     from tpu_assets.runtime_rollback import explain_scopes
 
@@ -226,8 +227,12 @@ def rollback_plan(must_contain: str, build: str) -> None:
         site = load_site()
         git = git_for(site)
         with _instance() as instance:
-            found = plan_for(site, instance, git, registry_for(site), must_contain=must_contain, build=build)
-            return found, explain_scopes(site, instance, git, found, must_contain=must_contain, build=build)
+            # Read once, newest first and only as far back as the two plans walk.
+            verified, moves = verified_history(instance), tag_history(instance)
+            found = plan_for(site, instance, git, registry_for(site), must_contain=must_contain, build=build,
+                             verified=verified, moves=moves)
+            return found, explain_scopes(site, instance, git, found, must_contain=must_contain, build=build,
+                                         verified=verified, moves=moves)
 
     result, scopes = _guard(plan)
     click.echo(result.explain())

@@ -10,7 +10,7 @@ uv.lock pin) or two harbor commits.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
@@ -23,7 +23,7 @@ from resources.registry import ImageRef, Registry
 from resources.site import SiteConfig
 from resources.uv import UvLock
 from tpu_assets.inspection import read_installed
-from tpu_assets.rollback import TagMove, VerifiedBuild
+from tpu_assets.rollback import TagMove, VerifiedBuild, VerifiedRecords, as_records
 
 HARBOR = "harbor"
 # A build or a harbor commit as a person types it: a sha or a prefix, nothing git could read as an option.
@@ -42,13 +42,12 @@ class Endpoint(BaseModel):
 
 
 def baked_harbor(site: SiteConfig, registry: Registry, *, digest: str | None,
-                 verified: Sequence[VerifiedBuild]) -> str | None:
+                 verified: Iterable[VerifiedBuild] | VerifiedRecords) -> str | None:
     """The harbor commit the image `digest` bakes: its verified record's, else read out of its layers."""
     if digest is None:
         return None
-    for v in verified:
-        if v.digest == digest:
-            return v.harbor_commit
+    if (v := as_records(verified).with_digest(digest)) is not None:
+        return v.harbor_commit
     tpu = site.tpu
     installed = read_installed(registry, repository=ImageRef.parse(tpu.image).repository, reference=digest,
                                site_packages=tpu.site_packages, package=tpu.harbor_package)
@@ -56,7 +55,7 @@ def baked_harbor(site: SiteConfig, registry: Registry, *, digest: str | None,
 
 
 def move_changelog(site: SiteConfig, git: GitRemotes, registry: Registry, *, move: TagMove,
-                   verified: Sequence[VerifiedBuild], must_contain: str = "") -> dict[str, dg.MetadataValue]:
+                   verified: Iterable[VerifiedBuild] | VerifiedRecords, must_contain: str = "") -> dict[str, dg.MetadataValue]:
     """The changelog entries of one move's record; {} for a move that leaves the tag where it is.
 
     Never raises: a move is not held up (nor left unrecorded) by its changelog, whose summary says

@@ -8,31 +8,107 @@ metadata keys are spelled in one place.
 
 from __future__ import annotations
 
+import itertools
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, overload
+
 import dagster as dg
 
 from resources.links import commit_entries, digest_entries
 from resources.site import SiteConfig
+from tpu_assets.partitions import tpu_builds
 from tpu_assets.rollback import TagMove, VerifiedBuild
 from tpu_assets.tag_log import LogState, TagIntent
 
 VERIFIED_IMAGE = dg.AssetKey(["tpu", "verified_image"])
 FLOATING_TAG = dg.AssetKey(["tpu", "floating_tag"])
 _PAGE = 500
+# A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
+FIRST_PAGE = 4
+# A promote judges the newest verified build (and the one before it when that one is rejected).
+PROMOTE_FIRST = 2
+# Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag to
+# the digest a move left the tag at.
+DATA_VERSION_TAG = "dagster/data_version"
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+T = TypeVar("T")
 # An intent observation says so in its metadata: it is not a move, and must never be read as one.
 RECORD_KIND = "lockstep_record"
 INTENT = "intent"
 
 
-def _records(instance: dg.DagsterInstance, key: dg.AssetKey) -> list[dg.EventLogRecord]:
-    """Every materialization of `key`, newest first."""
-    out: list[dg.EventLogRecord] = []
-    cursor = None
-    while True:
-        page = instance.fetch_materializations(key, limit=_PAGE, cursor=cursor)
-        out.extend(page.records)
-        if not page.has_more:
-            return out
-        cursor = page.cursor
+class Newest(Sequence[T]):
+    """A history newest first, read a page at a time and only as far back as it is used.
+
+    The first page (small: a plan usually stops within the newest few records) is read when it is
+    made (`eager=False`: when first used); later pages only go further back, so it is the history as
+    of that first read.
+    """
+
+    def __init__(self, fetch: Callable[[int, str | None], dg.EventRecordsResult],
+                 convert: Callable[[dg.EventLogRecord], T], *, first: int = FIRST_PAGE, eager: bool = True) -> None:
+        self._fetch, self._convert = fetch, convert
+        self.records: list[dg.EventLogRecord] = []
+        self._items: list[T] = []
+        self._cursor: str | None = None
+        self._limit, self._more, self._started = first, True, False
+        if eager:
+            self._read()
+
+    def _read(self) -> None:
+        self._started = True
+        page = self._fetch(self._limit, self._cursor)
+        self.records.extend(page.records)
+        self._items.extend(self._convert(r) for r in page.records)
+        self._cursor, self._more = page.cursor, page.has_more
+        self._limit = min(self._limit * 4, _PAGE)
+
+    def _upto(self, n: int | None) -> None:
+        while self._more and (n is None or len(self._items) < n):
+            self._read()
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            bounded = index.stop is not None and index.stop >= 0 and (index.start or 0) >= 0
+            self._upto(index.stop if bounded else None)
+        else:
+            self._upto(index + 1 if index >= 0 else None)
+        return self._items[index]
+
+    def __len__(self) -> int:
+        self._upto(None)
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        if not self._started:
+            self._read()
+        return bool(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        i = 0
+        while True:
+            self._upto(i + 1)
+            if i >= len(self._items):
+                return
+            yield self._items[i]
+            i += 1
+
+    def __reversed__(self) -> Iterator[T]:
+        self._upto(None)
+        return reversed(self._items)
+
+
+def _newest(instance: dg.DagsterInstance, records: dg.AssetRecordsFilter, convert: Callable[[dg.EventLogRecord], T],
+            *, first: int = FIRST_PAGE) -> Newest[T]:
+    return Newest(lambda limit, cursor: instance.fetch_materializations(records, limit=limit, cursor=cursor),
+                  convert, first=first)
 
 
 def _meta(event: dg.AssetMaterialization | dg.AssetObservation | None) -> dict[str, object]:
@@ -40,13 +116,70 @@ def _meta(event: dg.AssetMaterialization | dg.AssetObservation | None) -> dict[s
     return {k: getattr(v, "value", None) for k, v in event.metadata.items()}
 
 
-def verified_history(instance: dg.DagsterInstance) -> list[VerifiedBuild]:
-    builds = []
-    for r in _records(instance, VERIFIED_IMAGE):
-        m = _meta(r.asset_materialization)
-        builds.append(VerifiedBuild(build=r.partition_key or "", digest=str(m["digest"]),
-                                    harbor_commit=str(m["harbor_commit"]), verified_at=r.timestamp))
-    return builds
+def _verified(r: dg.EventLogRecord) -> VerifiedBuild:
+    m = _meta(r.asset_materialization)
+    return VerifiedBuild(build=r.partition_key or "", digest=str(m["digest"]), harbor_commit=str(m["harbor_commit"]),
+                         verified_at=r.timestamp)
+
+
+def _has_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, digest: str) -> bool:
+    """Whether any record of `key` has `digest` as its data version: one indexed read, no walk."""
+    return bool(instance.get_event_tags_for_asset(key, filter_tags={DATA_VERSION_TAG: digest}))
+
+
+class VerifiedHistory(Newest[VerifiedBuild]):
+    """`tpu/verified_image` newest first (VerifiedRecords): a build's records are read by its partition,
+    a digest by the data-version index, so a lookup costs the same at 10 records as at 10,000. The
+    first page is twice the log's: builds are verified that are never promoted."""
+
+    def __init__(self, instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE) -> None:
+        self._instance = instance
+        # Not read until used: a plan may look its builds up by partition and never walk this at all.
+        super().__init__(lambda limit, cursor: instance.fetch_materializations(VERIFIED_IMAGE, limit=limit, cursor=cursor),
+                         _verified, first=first, eager=False)
+
+    def _of_builds(self, builds: Sequence[str], *, first: int = FIRST_PAGE) -> Newest[VerifiedBuild]:
+        return _newest(self._instance, dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, asset_partitions=list(builds)),
+                       _verified, first=first)
+
+    def prefetch(self, builds: Sequence[str]) -> None:
+        # The builds a plan asks about are mostly among the newest verified ones: one read of those.
+        # Not one read by all their partitions: SQLite's planner answers that by walking every record
+        # of the asset. A build not among them is read alone, by its partition, when it is looked up.
+        if builds and not self._started:
+            self._read()
+
+    def named(self, prefix: str) -> Iterator[VerifiedBuild]:
+        if _FULL_SHA.match(prefix):
+            # Read already (the newest part of the history): that is the build's newest record.
+            if (hit := next((v for v in self._items if v.build == prefix), None)) is not None:
+                yield hit
+                # The rest only when asked for: past that record in the build's own, newest first.
+                yield from itertools.islice(itertools.dropwhile(lambda v: v != hit, self._of_builds([prefix])), 1, None)
+                return
+            builds = [prefix]
+        else:  # a person's short prefix: the partition names (one read of short strings), then their records
+            builds = [p for p in self._instance.get_dynamic_partitions(tpu_builds.name) if p.startswith(prefix)]
+        if builds:
+            yield from self._of_builds(builds)
+
+    def with_digest(self, digest: str, *, build: str | None = None) -> VerifiedBuild | None:
+        def match(v: VerifiedBuild) -> bool:
+            return v.digest == digest and (build is None or v.build == build)
+
+        # What is read already is the newest part of the history: its first match is the newest one.
+        if (found := next((v for v in self._items if match(v)), None)) is not None:
+            return found
+        if build is not None:
+            return next((v for v in self._of_builds([build]) if match(v)), None)
+        if not _has_data_version(self._instance, VERIFIED_IMAGE, digest):
+            return None  # never verified (a hand move, a digest from before lockstep): no walk
+        return next((v for v in self if match(v)), None)
+
+
+def verified_history(instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE) -> VerifiedHistory:
+    """Every verified build, newest first, read only as far back as it is used (`first` records at first)."""
+    return VerifiedHistory(instance, first=first)
 
 
 def _move(record: dg.EventLogRecord) -> TagMove:
@@ -56,18 +189,45 @@ def _move(record: dg.EventLogRecord) -> TagMove:
                    hold=bool(m.get("hold")), recorded=str(m.get("recorded") or ""), at=record.timestamp)
 
 
-def tag_history(instance: dg.DagsterInstance) -> list[TagMove]:
-    """Every move of the floating tag, newest first: lockstep's own and the `observed` ones."""
-    return [_move(r) for r in _records(instance, FLOATING_TAG)]
+class TagHistory(Newest[TagMove]):
+    """`tpu/floating_tag`'s moves newest first (MoveLog): the current state and hold are its first record."""
+
+    def __init__(self, instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> None:
+        self._instance = instance
+        super().__init__(lambda limit, cursor: instance.fetch_materializations(FLOATING_TAG, limit=limit, cursor=cursor),
+                         _move, first=first)
+
+    def was_on_tag(self, digest: str) -> bool:
+        # Each record's data version is the digest it left the tag at; the first record's from-digest
+        # (the tag before lockstep) is recorded as an observed move's to-digest.
+        return _has_data_version(self._instance, FLOATING_TAG, digest)
 
 
-def log_state(instance: dg.DagsterInstance) -> LogState:
-    """The log's newest record and the intents logged after it: two small reads, fit for a sensor tick."""
-    (latest, *_) = instance.fetch_materializations(FLOATING_TAG, limit=1).records or [None]
+def tag_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> TagHistory:
+    """Every move of the floating tag, newest first: lockstep's own and the `observed` ones, read
+    only as far back as it is used (`first` records at first: 1 is where the tag is and its hold)."""
+    return TagHistory(instance, first=first)
+
+
+_UNREAD = object()
+
+
+def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None, *,
+              registry_at: str | None | object = _UNREAD) -> LogState:
+    """The log's newest record and the intents logged after it: two small reads, fit for a sensor tick
+    (one when `log`, the history this run already read, gives the newest record). `registry_at`: where
+    the writer asking has just read the tag; when the newest record says the same, the intents are
+    not read (they cannot change what unrecorded_moves records then: nothing)."""
+    if log is not None:
+        latest = log.records[0] if log.records else None
+    else:
+        (latest, *_) = instance.fetch_materializations(FLOATING_TAG, limit=1).records or [None]
     state = LogState()
     if latest is not None:
         move = _move(latest)
         state = LogState(current=move.to_digest, hold=move.hold, last_storage_id=latest.storage_id)
+    if registry_at is not _UNREAD and registry_at == state.current:
+        return state
     observed = instance.fetch_observations(
         dg.AssetRecordsFilter(asset_key=FLOATING_TAG, after_storage_id=state.last_storage_id), limit=_PAGE
     ).records

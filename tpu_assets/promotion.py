@@ -7,7 +7,7 @@ registry has answered.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
@@ -16,7 +16,16 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry, RegistryError
 from resources.site import SiteConfig
 from tpu_assets.history import tag_history, verified_history
-from tpu_assets.rollback import RollbackPlan, TagMove, VerifiedBuild, current_state, plan_rollback
+from tpu_assets.rollback import (
+    NewestFirst,
+    RollbackPlan,
+    TagMove,
+    VerifiedBuild,
+    VerifiedRecords,
+    as_records,
+    current_state,
+    plan_rollback,
+)
 from tpu_assets.tag_lock import lock_name
 from tpu_assets.tag_log import TagWrite
 
@@ -45,18 +54,18 @@ def floating_tag_lock_name(site: SiteConfig) -> str:
 # -- the rules: which target, or why not ---------------------------------------------------------
 
 
-def promote_move(*, verified: Sequence[VerifiedBuild], build: str, current: str | None, hold: bool,
-                 tag: str) -> TagMove:
+def promote_move(*, verified: Iterable[VerifiedBuild] | VerifiedRecords, build: str, current: str | None,
+                 hold: bool, tag: str) -> TagMove:
     """Promote a verified build (the newest, or the one `build` names by prefix) onto the tag."""
     if hold:
         raise PromotionRefused(f":{tag} is on hold after a rollback: run release_tpu_hold first (nothing was moved)")
-    chosen = [v for v in verified if v.build.startswith(build)] if build else list(verified[:1])
-    if not chosen:
+    records = as_records(verified)
+    target = next(records.named(build) if build else iter(records), None)
+    if target is None:
         raise PromotionRefused(
             f"build {build or '(newest)'} has no tpu/verified_image record: only verified builds are "
             "promoted (build -> checks -> smoke -> verified first); nothing was moved"
         )
-    target = chosen[0]
     if target.digest == current:
         raise AlreadyThere(f":{tag} already points at {target.digest} (build {target.build[:8]})")
     return TagMove(action="promote", from_digest=current, to_digest=target.digest, build=target.build)
@@ -80,7 +89,8 @@ def release_move(*, current: str | None, hold: bool) -> TagMove:
 # -- planning and writing ------------------------------------------------------------------------
 
 
-def rollback_plan(site: SiteConfig, git: GitRemotes, *, verified: Sequence[VerifiedBuild], moves: Sequence[TagMove],
+def rollback_plan(site: SiteConfig, git: GitRemotes, *, verified: Iterable[VerifiedBuild] | VerifiedRecords,
+                  moves: Iterable[TagMove],
                   current: str | None, must_contain: str = "", build: str = "") -> RollbackPlan:
     """The rollback plan over this history, with harbor ancestry from git (changes nothing)."""
     required = None
@@ -95,15 +105,17 @@ def rollback_plan(site: SiteConfig, git: GitRemotes, *, verified: Sequence[Verif
 
 
 def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, registry: Registry, *,
-             must_contain: str = "", build: str = "") -> RollbackPlan:
+             must_contain: str = "", build: str = "", verified: VerifiedRecords | None = None,
+             moves: Iterable[TagMove] | None = None) -> RollbackPlan:
     """The rollback plan from the instance's history and the registry's current state (changes nothing).
 
     The registry, not the log, says where the tag is: a move the watch has not recorded yet is still
-    the current digest (and, unverified, never a target).
+    the current digest (and, unverified, never a target). `verified`/`moves`: histories already read.
     """
     ref = ImageRef.parse(site.tpu.image)
     current = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
-    return rollback_plan(site, git, verified=verified_history(instance), moves=tag_history(instance),
+    return rollback_plan(site, git, verified=verified if verified is not None else verified_history(instance),
+                         moves=moves if moves is not None else tag_history(instance),
                          current=current, must_contain=must_contain, build=build)
 
 
@@ -130,7 +142,7 @@ def put_and_reread(registry: Registry, *, repository: str, tag: str, target: str
     return TagWrite(target=target, after=after, put_error=error)
 
 
-def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Sequence[VerifiedBuild],
+def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Iterable[VerifiedBuild] | VerifiedRecords,
                 logged: Sequence[TagMove], found: Sequence[TagMove], current: str | None, build: str = "",
                 must_contain: str = "") -> tuple[TagMove | None, str]:
     """The move `action` asks for, and the rollback plan's text when there is one; PromotionRefused
@@ -145,8 +157,8 @@ def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Seq
     is not walked one build further back by its re-run: when the last found record is that
     rollback and this one, planned from the log's old state, picks the same target, it is done.
     """
-    moves = [*reversed(found), *logged]
-    hold = current_state(moves)[1]
+    moves = NewestFirst(list(reversed(found)), logged)
+    hold = current_state(moves.first or logged)[1]
     tag = site.tpu.floating_tag
     if action == "promote":
         try:

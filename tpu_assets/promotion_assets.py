@@ -20,7 +20,9 @@ from resources.uv import UvCli, UvLock
 from tpu_assets.attestation import require_attestation
 from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
+    FIRST_PAGE,
     FLOATING_TAG,
+    PROMOTE_FIRST,
     VERIFIED_IMAGE,
     intent_observation,
     log_state,
@@ -108,8 +110,14 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
 
         current = registry.resolve(repository=repository, reference=tag)
         # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
-        found = unrecorded_moves(log_state(context.instance), current, recorder=f"run {run_id}")
-        verified, attested = verified_history(context.instance), ""
+        # A promote or a release judges the newest record (where the tag is, its hold) and the newest
+        # build or two; a rollback walks back a few: each reads only that to begin with.
+        rolling_back = config.action == "rollback"
+        logged = tag_history(context.instance, first=FIRST_PAGE if rolling_back else 1)
+        found = unrecorded_moves(log_state(context.instance, logged, registry_at=current), current,
+                                 recorder=f"run {run_id}")
+        verified = verified_history(context.instance) if rolling_back else verified_history(context.instance, first=PROMOTE_FIRST)
+        attested = ""
         try:
             build, override = config.build, None
             # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).
@@ -117,12 +125,12 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
                 build, override = policy_gate(context.instance, cfg.tpu.promotion, verified=verified, build=build,
                                               now=now_utc(), override_freeze=config.override_freeze, note=config.note)
             move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
-                                          logged=tag_history(context.instance), found=found, current=current,
+                                          logged=logged, found=found, current=current,
                                           build=build, must_contain=config.must_contain)
             if config.action == "rollback" and move is not None:
                 refuse_rejected_rollback(context.instance, move.build)
             if move is not None and move.to_digest is not None and move.to_digest != current:
-                target = next((v for v in verified if v.digest == move.to_digest and v.build == move.build), None)
+                target = verified.with_digest(move.to_digest, build=move.build) if move.build else None
                 attested = require_attestation(cfg, registry, repository=repository, digest=move.to_digest,
                                                target=target)
                 if attested.startswith("attested"):

@@ -12,7 +12,7 @@ Three rules, judged for a person's promote_tpu and for auto_promote_sensor alike
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from resources.site_promotion import FreezeWindow, PromotionSection
 from tpu_assets.promotion import PromotionRefused
-from tpu_assets.rollback import VerifiedBuild
+from tpu_assets.rollback import VerifiedBuild, VerifiedRecords, as_records
 
 Rule = Literal["soak", "freeze", "reject"]
 
@@ -107,11 +107,13 @@ def judge(build: VerifiedBuild, *, policy: PromotionSection, rejection: Rejectio
     return FreezeOverride(window=window.name, until=until, note=note.strip())
 
 
-def promotion_target(verified: Sequence[VerifiedBuild], *, build: str,
-                     rejections: dict[str, Rejection]) -> VerifiedBuild | None:
+def promotion_target(verified: Iterable[VerifiedBuild] | VerifiedRecords, *, build: str,
+                     rejections: Mapping[str, Rejection]) -> VerifiedBuild | None:
     """The build a promote means: the one `build` names (by prefix), else the newest verified build
     nobody rejected (a rejected build is not a candidate, as rejected freight in Kargo). None: no such
     build (promote_move says why)."""
+    records = as_records(verified)
     if build:
-        return next((v for v in verified if v.build.startswith(build)), None)
-    return next((v for v in verified if not (r := rejections.get(v.build)) or not r.rejected), None)
+        return next(records.named(build), None)
+    # Newest first, stopping at the first build nobody rejected: each build's rejection is looked up alone.
+    return next((v for v in records if not (r := rejections.get(v.build)) or not r.rejected), None)

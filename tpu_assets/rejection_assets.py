@@ -11,7 +11,7 @@ the lock either ran before the rejection was recorded or sees it.
 # No `from __future__ import annotations`: Dagster reads the op's config annotation at definition time.
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -32,7 +32,7 @@ from tpu_assets.promotion_policy import (
     promotion_target,
     rejection_refusal,
 )
-from tpu_assets.rollback import VerifiedBuild
+from tpu_assets.rollback import VerifiedBuild, VerifiedRecords
 from tpu_assets.tag_lock import floating_tag_lock
 
 REJECTION, RELEASE = "rejection", "rejection_release"
@@ -60,6 +60,28 @@ def rejections(instance: dg.DagsterInstance, builds: Sequence[str] | None = None
         if not page.has_more:
             return out
         cursor = page.cursor
+
+
+class RejectionsByBuild(Mapping[str, Rejection]):
+    """`rejections` read one build's partition at a time, when that build is asked about: a promote
+    judges the newest build or two, whatever the number of builds ever rejected."""
+
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self._instance = instance
+        self._known: dict[str, Rejection | None] = {}
+
+    def __getitem__(self, build: str) -> Rejection:
+        if build not in self._known:
+            self._known[build] = rejections(self._instance, [build]).get(build)
+        if (found := self._known[build]) is None:
+            raise KeyError(build)
+        return found
+
+    def __iter__(self) -> Iterator[str]:  # the whole record: only for a caller that asks for every build
+        return iter(rejections(self._instance))
+
+    def __len__(self) -> int:
+        return len(rejections(self._instance))
 
 
 def rejection_observation(site: SiteConfig, *, build: str, rejected: bool, by: str, reason: str) -> dg.AssetObservation:
@@ -111,7 +133,7 @@ def record_rejection(instance: dg.DagsterInstance, site: SiteConfig, *, build: s
     by = checked_text("by (who)", by, required=True)
     reason = checked_text("reason", reason, required=rejected)
     with floating_tag_lock(instance, name=floating_tag_lock_name(site), timeout_s=lock_timeout_s, holder=holder):
-        before = rejections(instance).get(full)
+        before = rejections(instance, [full]).get(full)
         if (before is not None and before.rejected) == rejected:
             raise LockstepError(
                 f"build {full[:12]} is {'already rejected' if rejected else 'not rejected'}"
@@ -120,15 +142,16 @@ def record_rejection(instance: dg.DagsterInstance, site: SiteConfig, *, build: s
     return Rejection(build=full, rejected=rejected, by=by, reason=reason, at=time.time())
 
 
-def policy_gate(instance: dg.DagsterInstance, policy: PromotionSection, *, verified: Sequence[VerifiedBuild],
-                build: str, now: datetime, override_freeze: bool = False, note: str = "") -> tuple[str, FreezeOverride | None]:
+def policy_gate(instance: dg.DagsterInstance, policy: PromotionSection, *,
+                verified: Iterable[VerifiedBuild] | VerifiedRecords, build: str, now: datetime,
+                override_freeze: bool = False, note: str = "") -> tuple[str, FreezeOverride | None]:
     """The build a promote means (full sha; `build` itself when there is none, for promote_move to
     refuse) and the freeze it overrode; PolicyRefused when the site's rules say not now."""
-    known = rejections(instance)
+    known = RejectionsByBuild(instance)
     target = promotion_target(verified, build=build, rejections=known)
     if target is None:
-        if not build and verified:  # every verified build is rejected
-            raise PolicyRefused("reject", rejection_refusal(known[verified[0].build]) or "every verified build is rejected")
+        if not build and (newest := next(iter(verified), None)) is not None:  # every verified build is rejected
+            raise PolicyRefused("reject", rejection_refusal(known.get(newest.build)) or "every verified build is rejected")
         return build, None
     return target.build, judge(target, policy=policy, rejection=known.get(target.build), now=now,
                                override_freeze=override_freeze, note=note)

@@ -7,8 +7,9 @@ plus a hold, so automation does not undo it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -86,45 +87,158 @@ def current_state(moves: Sequence[TagMove]) -> tuple[str | None, bool]:
     return moves[0].to_digest, moves[0].hold
 
 
+# After the target, a plan judges this many older candidates (so a person sees what else was possible,
+# or why not) and stops: how far it reads is set by where the target is, not by the history's length.
+OLDER_SHOWN = 2
+
+
+@runtime_checkable
+class VerifiedRecords(Protocol):
+    """The `tpu/verified_image` records a plan reads, newest first, looked up as far as it needs."""
+
+    def __iter__(self) -> Iterator[VerifiedBuild]: ...
+
+    def with_digest(self, digest: str, *, build: str | None = None) -> VerifiedBuild | None:
+        """The newest record of `digest` (of `build`'s records, when the move that put it on the tag names one)."""
+        ...
+
+    def named(self, prefix: str) -> Iterator[VerifiedBuild]:
+        """The records of the builds `prefix` names, newest first."""
+        ...
+
+    def prefetch(self, builds: Sequence[str]) -> None:
+        """A hint: these builds are about to be looked up (one read for all of them)."""
+        ...
+
+
+class ListedVerified:
+    """VerifiedRecords over records already in memory (any order)."""
+
+    def __init__(self, verified: Iterable[VerifiedBuild]) -> None:
+        self._all = sorted(verified, key=lambda v: v.verified_at, reverse=True)
+
+    def __iter__(self) -> Iterator[VerifiedBuild]:
+        return iter(self._all)
+
+    def with_digest(self, digest: str, *, build: str | None = None) -> VerifiedBuild | None:
+        return next((v for v in self._all if v.digest == digest and build in (None, v.build)), None)
+
+    def named(self, prefix: str) -> Iterator[VerifiedBuild]:
+        return (v for v in self._all if v.build.startswith(prefix))
+
+    def prefetch(self, builds: Sequence[str]) -> None:
+        return None
+
+
+def as_records(verified: Iterable[VerifiedBuild] | VerifiedRecords) -> VerifiedRecords:
+    return verified if isinstance(verified, VerifiedRecords) else ListedVerified(verified)
+
+
+class NewestFirst:
+    """`first` (newest first), then `log`: the log with the records a run is about to add, read no
+    further back than a plan asks."""
+
+    def __init__(self, first: Sequence[TagMove], log: Iterable[TagMove]) -> None:
+        self.first, self.log = first, log
+
+    def __iter__(self) -> Iterator[TagMove]:
+        yield from self.first
+        yield from self.log
+
+    def was_on_tag(self, digest: str) -> bool:
+        return any(digest in (m.to_digest, m.from_digest) for m in self.first) or _was_on_tag(self.log, digest)
+
+
+class _Seen(NamedTuple):
+    digest: str
+    build: str | None  # the build the move that put it on the tag names
+    outside: bool  # put there by a move lockstep did not make
+
+
+def _promoted(moves: Iterable[TagMove], seen: set[str]) -> Iterator[_Seen]:
+    """Every digest that was on the tag, newest first, each once. A move's from-digest is the older
+    move's to-digest (the log is a chain), so that older move says which build (or whose hand) put it there."""
+    it = iter(moves)
+    move = next(it, None)
+    while move is not None:
+        older = next(it, None)
+        for digest in (move.to_digest, move.from_digest):
+            if not digest or digest in seen:
+                continue
+            seen.add(digest)
+            putters = [m for m in (move, older) if m is not None and m.to_digest == digest]
+            yield _Seen(digest, next((m.build for m in putters if m.build), None),
+                        any(m.action == "observed" for m in putters))
+        move = older
+
+
+def _candidates(records: VerifiedRecords, moves: Iterable[TagMove], explicit_build: str | None,
+                batch: int) -> Iterator[tuple[Candidate, VerifiedBuild | None]]:
+    """Newest first: the digests that were on the tag, then the verified builds never promoted."""
+    seen: set[str] = set()
+    if explicit_build:  # only that build's records: its digests are looked up, not walked to
+        for v in records.named(explicit_build):
+            if v.digest not in seen:
+                seen.add(v.digest)
+                yield Candidate(build=v.build, digest=v.digest, harbor_commit=v.harbor_commit,
+                                was_promoted=_was_on_tag(moves, v.digest)), v
+        return
+    promoted = _promoted(moves, seen)
+    while chunk := list(itertools.islice(promoted, batch)):
+        records.prefetch([s.build for s in chunk if s.build])
+        for s in chunk:
+            v = records.with_digest(s.digest, build=s.build)
+            yield Candidate(build=v.build if v else None, digest=s.digest, harbor_commit=v.harbor_commit if v else None,
+                            was_promoted=True, outside=s.outside and v is None), v
+    for v in records:
+        if v.digest not in seen:
+            seen.add(v.digest)
+            yield Candidate(build=v.build, digest=v.digest, harbor_commit=v.harbor_commit), v
+
+
+@runtime_checkable
+class MoveLog(Protocol):
+    """The floating tag's moves, newest first, that can say without a walk whether a digest was on the tag."""
+
+    def __iter__(self) -> Iterator[TagMove]: ...
+
+    def was_on_tag(self, digest: str) -> bool: ...
+
+
+def _was_on_tag(moves: Iterable[TagMove], digest: str) -> bool:
+    if isinstance(moves, MoveLog):
+        return moves.was_on_tag(digest)
+    return any(digest in (m.to_digest, m.from_digest) for m in moves)
+
+
 def plan_rollback(
     *,
-    verified: Sequence[VerifiedBuild],
-    moves: Sequence[TagMove],
+    verified: Iterable[VerifiedBuild] | VerifiedRecords,
+    moves: Iterable[TagMove],
     current_digest: str | None,
     must_contain: str | None = None,
     explicit_build: str | None = None,
     contains: Callable[[str, str], bool],
+    older: int = OLDER_SHOWN,
 ) -> RollbackPlan:
     """Choose the rollback target: newest first, digests that were on the floating tag before the
     verified-but-never-promoted ones; each must be verified, not the current digest, and (when asked)
     carry `must_contain` in its baked harbor (git ancestry via `contains(harbor_commit, required)`).
-    Every candidate is judged, so the plan shows why each older build was or was not eligible.
+    The walk stops `older` candidates past the target, so the plan shows why each newer build was
+    refused and what the next older ones would have been, and reads no further back.
     """
-    by_digest: dict[str, VerifiedBuild] = {}
-    for v in sorted(verified, key=lambda v: v.verified_at, reverse=True):
-        by_digest.setdefault(v.digest, v)
-    promoted: list[str] = []
-    outside: set[str] = set()
-    for m in moves:  # newest first
-        if m.action == "observed" and m.to_digest:
-            outside.add(m.to_digest)
-        for d in (m.to_digest, m.from_digest):
-            if d and d not in promoted:
-                promoted.append(d)
-    order = promoted + [d for d in by_digest if d not in promoted]
-
     considered: list[Candidate] = []
     target: Candidate | None = None
-    for digest in order:
-        v = by_digest.get(digest)
-        c = Candidate(build=v.build if v else None, digest=digest, harbor_commit=v.harbor_commit if v else None,
-                      was_promoted=digest in promoted, outside=digest in outside and v is None)
-        if explicit_build and (v is None or not v.build.startswith(explicit_build)):
-            continue
+    past = 0
+    for c, v in _candidates(as_records(verified), moves, explicit_build, batch=older + 2):
         c.refused = _refusal(c, v, current_digest, must_contain, contains)
         considered.append(c)
-        if c.refused is None and target is None:
+        if target is not None:
+            past += 1
+        elif c.refused is None:
             target = c
+        if target is not None and past >= older:
+            break  # before the next candidate is asked for: nothing older is read
     if explicit_build and not considered:
         considered.append(Candidate(build=explicit_build, digest="(none)", refused="not a verified build: only verified builds can be rollback targets"))
     return RollbackPlan(current_digest=current_digest, must_contain=must_contain, explicit_build=explicit_build,

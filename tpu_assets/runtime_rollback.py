@@ -9,7 +9,7 @@ stays recorded and the error says the runtime was not pinned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +26,14 @@ from tpu_assets.models import HarborLock
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.promotion import PromotionRefused, rollback_plan
 from tpu_assets.rejection_assets import refuse_rejected_rollback
-from tpu_assets.rollback import Candidate, RollbackPlan, TagMove, VerifiedBuild
+from tpu_assets.rollback import (
+    Candidate,
+    RollbackPlan,
+    TagMove,
+    VerifiedBuild,
+    VerifiedRecords,
+    as_records,
+)
 from tpu_assets.runtime_pin import pin_runtime
 
 Scope = Literal["auto", "image", "runtime", "both"]
@@ -53,11 +60,13 @@ def resolve_scope(scope: Scope, *, target_harbor: str | None, locked: str | None
     return scope in ("image", "both"), scope in ("runtime", "both")
 
 
-def harbor_of(verified: Sequence[VerifiedBuild], build: str | None) -> str | None:
-    return next((v.harbor_commit for v in verified if v.build == build), None) if build else None
+def harbor_of(verified: Iterable[VerifiedBuild] | VerifiedRecords, build: str | None) -> str | None:
+    found = next((v for v in as_records(verified).named(build) if v.build == build), None) if build else None
+    return found.harbor_commit if found else None
 
 
-def runtime_plan(site: SiteConfig, git: GitRemotes, *, verified: Sequence[VerifiedBuild], moves: Sequence[TagMove],
+def runtime_plan(site: SiteConfig, git: GitRemotes, *, verified: Iterable[VerifiedBuild] | VerifiedRecords,
+                 moves: Iterable[TagMove],
                  current: str | None, must_contain: str = "", build: str = "") -> RollbackPlan:
     """The plan for scope `runtime` alone: the image stays, so the build `:tpu` is at is a fine runtime
     target (it brings the workers back in line with the image); every other rule (verified only,
@@ -119,7 +128,7 @@ def pin_for_rollback(context: dg.AssetExecutionContext, site: SiteConfig, git: G
 
 
 def runtime_only(context: dg.AssetExecutionContext, site: SiteConfig, git: GitRemotes, uv: UvCli, *,
-                 verified: Sequence[VerifiedBuild], moves: Sequence[TagMove], current: str | None,
+                 verified: Iterable[VerifiedBuild] | VerifiedRecords, moves: Iterable[TagMove], current: str | None,
                  must_contain: str, build: str) -> None:
     """Scope `runtime`: plan, refuse a no-op, pin. The floating tag is not touched (and records nothing)."""
     plan = runtime_plan(site, git, verified=verified, moves=moves, current=current, must_contain=must_contain,
@@ -137,7 +146,7 @@ def runtime_only(context: dg.AssetExecutionContext, site: SiteConfig, git: GitRe
 
 
 def pin_after_image_rollback(context: dg.AssetExecutionContext, site: SiteConfig, git: GitRemotes, uv: UvCli, *,
-                             scope: Scope, move: TagMove, verified: Sequence[VerifiedBuild]) -> None:
+                             scope: Scope, move: TagMove, verified: Iterable[VerifiedBuild] | VerifiedRecords) -> None:
     """After `:tpu` moved back (and that move is recorded), pin the runtime when the scope says so."""
     harbor = harbor_of(verified, move.build)
     if move.action != "rollback" or move.build is None or harbor is None:
@@ -154,10 +163,13 @@ def pin_after_image_rollback(context: dg.AssetExecutionContext, site: SiteConfig
 
 
 def explain_scopes(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, plan: RollbackPlan, *,
-                   must_contain: str = "", build: str = "") -> str:
-    """`scope_summary` from the instance's history and the consumer's current lock (changes nothing)."""
+                   must_contain: str = "", build: str = "", verified: VerifiedRecords | None = None,
+                   moves: Iterable[TagMove] | None = None) -> str:
+    """`scope_summary` from the instance's history (or the histories already read) and the consumer's
+    current lock (changes nothing)."""
     head, locked = locked_harbor(site, git)
-    runtime = runtime_plan(site, git, verified=verified_history(instance), moves=tag_history(instance),
+    runtime = runtime_plan(site, git, verified=verified if verified is not None else verified_history(instance),
+                           moves=moves if moves is not None else tag_history(instance),
                            current=plan.current_digest, must_contain=must_contain, build=build)
     return scope_summary(plan, tag=site.tpu.floating_tag, consumer_branch=site.tpu.consumer_branch,
                          consumer_head=head, locked=locked, runtime=runtime)

@@ -1,0 +1,194 @@
+"""A promotion and a rollback plan read the newest few records, whatever the history's length.
+
+Nothing here is timed: the instance's reads are counted (calls and records returned), and a plan over
+a long history must read exactly what it reads over a short one. The history is written by
+history_fill.py (the records lockstep writes, stored in batches).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from resources.git import GitRemotes
+from resources.site_promotion import PromotionSection
+from tests.tpu import history_fill as hf
+from tpu_assets.history import (
+    PROMOTE_FIRST,
+    log_state,
+    move_materialization,
+    tag_history,
+    verified_history,
+)
+from tpu_assets.promotion import decide_move
+from tpu_assets.rejection_assets import now_utc, policy_gate
+from tpu_assets.rollback import ListedVerified, TagMove, current_state, plan_rollback
+
+
+@dataclass
+class Reads:
+    """Every event-log read the code under test makes, counted where the instance answers it."""
+
+    calls: list[str] = field(default_factory=list)
+    records: int = 0
+
+    def reset(self) -> None:
+        self.calls, self.records = [], 0
+
+
+def counted(instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> Reads:
+    reads = Reads()
+    for name in ("fetch_materializations", "fetch_observations", "get_event_tags_for_asset"):
+        real = getattr(instance, name)
+
+        def read(*args: object, _real=real, _name=name, **kwargs: object):  # type: ignore[no-untyped-def]
+            result = _real(*args, **kwargs)
+            reads.calls.append(_name)
+            reads.records += len(result) if isinstance(result, list) else len(getattr(result, "records", result))
+            return result
+
+        monkeypatch.setattr(instance, name, read)
+    return reads
+
+
+@pytest.fixture
+def instances(tmp_path: Path) -> Iterator[list[dg.DagsterInstance]]:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "a")) as a, dg.instance_for_test(temp_dir=str(tmp_path / "b")) as b:
+        yield [a, b]
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[dg.DagsterInstance, hf.Filled]]]:
+    """Two histories only read by the tests that use them: 12 and 500 builds, each verified and promoted in turn."""
+    with (dg.instance_for_test(temp_dir=str(tmp_path_factory.mktemp("short"))) as short,
+          dg.instance_for_test(temp_dir=str(tmp_path_factory.mktemp("long"))) as long):
+        yield [(short, hf.fill(short, hf.site(), 12)), (long, hf.fill(long, hf.site(), 500))]
+
+
+def no_fix(commit: str, required: str) -> bool:
+    return True
+
+
+def test_a_rollback_plan_reads_as_much_after_500_promotions_as_after_12(
+    promoted: list[tuple[dg.DagsterInstance, hf.Filled]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+    for instance, filled in promoted:
+        n = len(filled.builds)
+        reads = counted(instance, monkeypatch)
+        plan = plan_rollback(verified=verified_history(instance), moves=tag_history(instance),
+                             current_digest=filled.digests[-1], contains=no_fix)
+        assert plan.target is not None and plan.target.digest == filled.digests[-2]
+        assert plan.target.build == filled.builds[-2] and plan.target.harbor_commit == hf.harbor(n - 2)
+        # The current digest refused, the target, and the two older ones a person is shown: no further.
+        assert [c.digest for c in plan.considered] == filled.digests[-1:-5:-1]
+        seen.append((list(reads.calls), reads.records))
+    assert seen[0] == seen[1]
+    calls, records = seen[1]
+    assert len(calls) == 2 and records <= 4 + 8  # the newest page of moves; the newest verified builds
+
+
+def test_a_plan_walks_back_past_hand_moves_only_as_far_as_the_first_verified_digest(
+    instances: list[dg.DagsterInstance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = instances[0]
+    cfg = hf.site()
+    filled = hf.fill(instance, cfg, 500)
+    hands = [f"sha256:{'e' * 60}{i:04d}" for i in range(6)]
+    before = filled.digests[-1]
+    for hand in hands:  # someone crane-tags six test images in a row; the watch records each
+        instance.report_runless_asset_event(move_materialization(cfg, TagMove(
+            action="observed", from_digest=before, to_digest=hand, recorded="test")))
+        before = hand
+    reads = counted(instance, monkeypatch)
+    plan = plan_rollback(verified=verified_history(instance), moves=tag_history(instance), current_digest=hands[-1],
+                         contains=no_fix)
+    assert plan.target is not None and plan.target.build == filled.builds[-1]
+    refused = [c for c in plan.considered if c.refused]
+    assert [c.digest for c in refused] == hands[::-1]
+    assert all(c.outside for c in refused[1:]) and "outside lockstep and not verified" in (refused[1].refused or "")
+    # Each hand digest is looked up in the data-version index (no rows), never by walking the 500 builds.
+    assert reads.calls.count("get_event_tags_for_asset") == len(hands) and reads.records <= 30
+
+
+def test_an_explicit_old_build_is_looked_up_by_its_partition(
+    promoted: list[tuple[dg.DagsterInstance, hf.Filled]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+    for instance, filled in promoted:
+        reads = counted(instance, monkeypatch)
+        plan = plan_rollback(verified=verified_history(instance), moves=tag_history(instance),
+                             current_digest=filled.digests[-1], explicit_build=filled.builds[1],
+                             contains=no_fix)
+        assert plan.target is not None and plan.target.digest == filled.digests[1] and plan.target.was_promoted
+        seen.append((list(reads.calls), reads.records))
+    assert seen[0] == seen[1] and seen[1][1] <= 6  # the newest moves (made eagerly), the build's record, one index row
+
+
+def test_a_promote_reads_the_newest_records_and_one_rejection_per_build_it_judges(
+    instances: list[dg.DagsterInstance], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = hf.site()
+    git = GitRemotes(cache_dir=str(tmp_path / "git"))
+    seen = []
+    for instance, n in zip(instances, (6, 500), strict=True):
+        filled = hf.fill(instance, cfg, n, promotions=n - 2)  # the newest two builds are not promoted yet
+        # The newest build is rejected, and so are most of the old ones (rejections are never all read).
+        hf.reject(instance, cfg, [*filled.builds[: max(1, n - 100)], filled.builds[-1]])
+        reads = counted(instance, monkeypatch)
+        logged = tag_history(instance, first=1)  # as floating_tag reads for a promote
+        state = log_state(instance, logged, registry_at=filled.digests[-3])  # the registry agrees with the log
+        assert (state.current, state.hold) == (filled.digests[-3], False) == current_state(logged)
+        verified = verified_history(instance, first=PROMOTE_FIRST)
+        build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
+        move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
+                              current=state.current, build=build)
+        assert move is not None and (move.from_digest, move.to_digest, move.build) == (
+            filled.digests[-3], filled.digests[-2], filled.builds[-2])
+        seen.append((list(reads.calls), reads.records))
+    assert seen[0] == seen[1]
+    calls, records = seen[1]
+    # the newest move, the newest two verified builds, each judged build's rejections (no intents: the
+    # registry is where the log says, so none can change what is recorded)
+    assert len(calls) == 4 and records <= 1 + 2 + 1
+
+
+def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory(tmp_path: Path) -> None:
+    """The lazy reads change how much is read, not what is decided: rollbacks, holds, hand moves
+    (of a verified digest too), re-verified builds, explicit builds and a required fix."""
+    cfg = hf.site()
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        filled = hf.fill(instance, cfg, 12)
+        hf.store(instance, [hf._entry(hf.verified_record(cfg, 3), time.time())])  # build 3 verified again, newest
+        d = filled.digests
+        for move in (
+            TagMove(action="rollback", from_digest=d[11], to_digest=d[9], build=filled.builds[9], hold=True),
+            TagMove(action="observed", from_digest=d[9], to_digest="sha256:" + "f" * 64, hold=True),
+            TagMove(action="observed", from_digest="sha256:" + "f" * 64, to_digest=d[5], hold=True),  # a verified one
+            TagMove(action="release_hold", from_digest=d[5], to_digest=d[5]),
+        ):
+            instance.report_runless_asset_event(move_materialization(cfg, move))
+        moves_all, verified_all = list(tag_history(instance)), list(verified_history(instance))
+        assert len(moves_all) == 16 and len(verified_all) == 13
+        walked = verified_history(instance)
+        assert walked[0].build == filled.builds[3]  # its newest record is read: the rest come from its partition
+        assert list(walked.named(filled.builds[3])) == [v for v in verified_all if v.build == filled.builds[3]]
+
+        def fixed_in(at: int):  # type: ignore[no-untyped-def]
+            return lambda commit, required: int(commit, 16) - 0xA0000 >= at
+
+        for current in (d[5], d[11], "sha256:" + "f" * 64, None):
+            for explicit in (None, filled.builds[3], filled.builds[7][:6], "abcdef"):
+                for fix in (0, 11):
+                    kwargs = {"current_digest": current, "explicit_build": explicit, "must_contain": f"fix{fix}",
+                              "contains": fixed_in(fix)}
+                    lazy = plan_rollback(verified=verified_history(instance), moves=tag_history(instance), **kwargs)
+                    whole = plan_rollback(verified=ListedVerified(verified_all), moves=moves_all, **kwargs)
+                    assert lazy == whole, (current, explicit, fix)
