@@ -26,8 +26,9 @@ FLOATING_TAG = dg.AssetKey(["tpu", "floating_tag"])
 _PAGE = 500
 # A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
 FIRST_PAGE = 4
-# A promote judges the newest verified build (and the one before it when that one is rejected).
-PROMOTE_FIRST = 2
+# A promote judges the newest verified build: one record (each costs its deserialization); a rejected
+# newest build reads on, page by page.
+PROMOTE_FIRST = 1
 # Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag to
 # the digest a move left the tag at.
 DATA_VERSION_TAG = "dagster/data_version"

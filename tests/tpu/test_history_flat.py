@@ -155,9 +155,12 @@ def test_a_promote_reads_the_newest_records_and_one_rejection_per_build_it_judge
         seen.append((list(reads.calls), reads.records))
     assert seen[0] == seen[1]
     calls, records = seen[1]
-    # the newest move, the newest two verified builds, each judged build's rejections (no intents: the
-    # registry is where the log says, so none can change what is recorded)
-    assert len(calls) == 4 and records <= 1 + 2 + 1
+    # the newest move, the newest verified build and its rejection, the next page of builds (1, then 4)
+    # and the second build's (none); no intents: the registry is where the log says, so none can change
+    # what is recorded
+    assert calls == ["fetch_materializations", "fetch_materializations", "fetch_observations",
+                     "fetch_materializations", "fetch_observations"], calls
+    assert records <= 1 + (1 + 4) + 1, records
 
 
 def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory(tmp_path: Path) -> None:
@@ -192,3 +195,23 @@ def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory
                     lazy = plan_rollback(verified=verified_history(instance), moves=tag_history(instance), **kwargs)
                     whole = plan_rollback(verified=ListedVerified(verified_all), moves=moves_all, **kwargs)
                     assert lazy == whole, (current, explicit, fix)
+
+
+def test_a_promote_of_an_unrejected_newest_build_makes_three_reads_of_one_record_each(
+    instances: list[dg.DagsterInstance], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = hf.site()
+    git = GitRemotes(cache_dir=str(tmp_path / "git"))
+    for instance, n in zip(instances, (6, 500), strict=True):
+        filled = hf.fill(instance, cfg, n, promotions=n - 1)  # the newest build is verified, not promoted yet
+        reads = counted(instance, monkeypatch)
+        logged = tag_history(instance, first=1)
+        state = log_state(instance, logged, registry_at=filled.digests[-2])
+        verified = verified_history(instance, first=PROMOTE_FIRST)
+        build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
+        move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
+                              current=state.current, build=build)
+        assert move is not None and (move.from_digest, move.build) == (filled.digests[-2], filled.builds[-1])
+        # where the tag is, the newest verified build, whether anyone rejected it: nothing older
+        assert reads.calls == ["fetch_materializations", "fetch_materializations", "fetch_observations"], reads.calls
+        assert reads.records == 2, reads.records
