@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
-import git
 from pydantic import BaseModel, Field
 
 from resources.errors import LockstepError
@@ -42,6 +41,8 @@ from resources.names import (
 from resources.secrets import redact
 
 if TYPE_CHECKING:
+    import git
+
     from resources.site import SiteConfig
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -130,6 +131,8 @@ class GitRemotes(dg.ConfigurableResource):
         return self._cache().parent / "trees"
 
     def _git(self, args: Sequence[str], cwd: Path | None = None, *, url: str | None = None) -> str:
+        import git
+
         cmd = git.cmd.Git(str(cwd) if cwd else None)
         allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
         try:
@@ -149,6 +152,8 @@ class GitRemotes(dg.ConfigurableResource):
     @contextlib.contextmanager
     def _locked_mirror(self, url: str) -> Iterator[git.Repo]:
         """The mirror for `url`, created on first use, held under an exclusive file lock."""
+        import git
+
         cache = self._cache()
         cache.mkdir(parents=True, exist_ok=True)
         path = cache / mirror_name(url)
@@ -453,6 +458,8 @@ def glob_match(pattern: str, path: str) -> bool:
 
 
 def _has_commit(repo: git.Repo, sha: str) -> bool:
+    import git
+
     try:
         repo.git.cat_file("-e", f"{sha}^{{commit}}")
         return True
