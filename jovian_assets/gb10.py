@@ -15,8 +15,6 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jovian_assets.inputs import check_utf8
@@ -52,6 +50,8 @@ class Deviations(BaseModel):
 
 def parse_deviations(text: str, path: str) -> Deviations:
     """The deviations file, validated; a problem is a FileFormatError naming the line and the value."""
+    from packaging.utils import canonicalize_name
+
     data = load_toml(Path(path), check_utf8(text, path))
     try:
         parsed = Deviations.model_validate(data)
@@ -65,6 +65,9 @@ def parse_deviations(text: str, path: str) -> Deviations:
 
 def runtime_pins(text: str, path: str) -> dict[str, str]:
     """The `name==version` runtime pins of a requirements file; an unparsable line names its line."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     pins: dict[str, str] = {}
     for number, raw in enumerate(check_utf8(text, path).splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()
