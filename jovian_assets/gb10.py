@@ -15,11 +15,12 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from jovian_assets.inputs import check_utf8
 from jovian_assets.models import Finding
 from resources.errors import FileFormatError
+from resources.model import Model
 from resources.tomlfile import key_line, load_toml
 
 DEVIATIONS_FILE = "gb10-deviations.toml"
@@ -30,7 +31,7 @@ _RUNTIME = re.compile(r"^(torch|flashinfer(-python|-cubin|-jit-cache)?|nvidia-nc
                       r"|cuda-python|cuda-bindings)$")
 
 
-class Deviation(BaseModel):
+class Deviation(Model):
     model_config = ConfigDict(extra="forbid")
 
     component: str = Field(min_length=1, description="CUDA, flashinfer, NCCL, ...")
@@ -39,7 +40,7 @@ class Deviation(BaseModel):
     why: str = ""
 
 
-class Deviations(BaseModel):
+class Deviations(Model):
     """`gb10-deviations.toml`: the tree pins the deviations were last evaluated against, and the deviations."""
 
     model_config = ConfigDict(extra="forbid")

@@ -8,9 +8,9 @@ more. The URL is a secret: every error that leaves `deliver` has it redacted.
 from __future__ import annotations
 
 import dagster as dg
-from pydantic import BaseModel
 
 from resources.errors import LockstepError
+from resources.model import Model
 from resources.secrets import quiet_urllib3
 from resources.site_alerts import AlertKind, AlertsSection
 from tpu_assets.harbor_hold import HOLD, HOLD_REASON, LOCK_ACTION
@@ -21,7 +21,7 @@ TIMEOUT_S = 10
 HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
 
 
-class Alert(BaseModel):
+class Alert(Model):
     kind: AlertKind
     text: str
     url: str

@@ -20,9 +20,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from resources.errors import LockstepError
+from resources.model import Model
 
 # cryptography loads with the first key, not with a code location.
 if TYPE_CHECKING:
@@ -149,13 +150,13 @@ def load_public_key(pem: bytes, *, source: str) -> TrustedKey:
 # -- the envelope ----------------------------------------------------------------------------------
 
 
-class DsseSignature(BaseModel):
+class DsseSignature(Model):
     model_config = ConfigDict(extra="ignore")
     keyid: str = ""
     sig: str
 
 
-class Envelope(BaseModel):
+class Envelope(Model):
     """A DSSE envelope as JSON carries it (payload and sig base64)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
