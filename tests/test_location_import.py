@@ -83,3 +83,11 @@ def test_loading_both_locations_imports_no_client_library_and_does_no_work(tmp_p
     # no process started, no connection made.
     assert seen["opened"] == [] and seen["started"] == [] and seen["connected"] == []
     assert list((tmp_path / "cwd").iterdir()) == [] and list((tmp_path / "home").iterdir()) == []
+
+
+def test_every_name_the_registry_package_exports_loads_from_its_module() -> None:
+    import resources.registry as registry
+
+    assert set(registry._MODULE_OF) == set(registry.__all__)
+    for name in registry.__all__:
+        getattr(registry, name)  # an AttributeError names a name whose module moved
