@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model as BaseModel  # builds its validator when first used
 from resources.names import (
     DEFAULT_SCHEMES,
     KNOWN_SCHEMES,
