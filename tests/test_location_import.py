@@ -25,6 +25,10 @@ LAZY = (
     "zstandard", "tarfile", "gzip",  # image layers
     "packaging.requirements", "packaging.utils",  # GB10 pins (dagster itself imports packaging.version)
     "kubernetes", "jsonschema", "securesystemslib",  # never needed to load
+    # lockstep's own, loaded by the first call that needs them: the registry backends (chosen by the site
+    # file) and the bench tools' parsers
+    "resources.registry.http", "resources.registry.layout", "resources.registry.transport",
+    "resources.spark.host_keys", "jovian_assets.bench_tools",
 )
 
 # dagster's own import runs `file -b python` (its vendored croniter asks platform.architecture()): the
