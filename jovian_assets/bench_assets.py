@@ -5,27 +5,11 @@ recorded baseline run. Partitioned by `lab_revs`.
 
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
-from jovian_assets.bench_tools import (
-    Baseline,
-    BenchReport,
-    GateVerdict,
-    baseline_from_report,
-    baseline_json,
-    baseline_path,
-    gate,
-    night_shift_rows,
-    parse_baseline,
-    parse_perf,
-    parse_quality,
-    render_command,
-    report_markdown,
-    update_night_shift,
-)
 from jovian_assets.inputs import inside, read_text
 from jovian_assets.lane import LANE_SERVING, restore_previous
 from jovian_assets.models import Finding, LaneServing
@@ -38,6 +22,10 @@ from resources.site import SiteConfig, SiteResource
 from resources.site_jovian import LaneSection
 from resources.spark import SparkNodes
 
+# The bench tools' parsers and report writers load with the first bench run, not with the location.
+if TYPE_CHECKING:
+    from jovian_assets.bench_tools import Baseline, GateVerdict
+
 BENCH = dg.AssetKey(["jovian", "bench_report"])
 QUALITY_GATE = "quality_not_below_baseline"
 
@@ -49,6 +37,8 @@ class BenchFailed(NodeBuildFailed):
 def run_bench(spark: SparkNodes, *, node: str, lane: LaneSection, serving: LaneServing, remote_dir: str,
               label: str, argv: list[str], parse: Callable[[bytes, str], Any]) -> Any:
     """One site bench command on the bench node, its JSON result read back from the node and parsed."""
+    from jovian_assets.bench_tools import render_command
+
     out = f"{remote_dir}/{label}.json"
     command = render_command(argv, base_url=serving.base_url, model=serving.model, seed=str(lane.seed), out=out)
     result = spark.run(node=node, argv=command, timeout_s=lane.bench_timeout_s)
@@ -83,6 +73,18 @@ def run_bench(spark: SparkNodes, *, node: str, lane: LaneSection, serving: LaneS
 )
 def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,
                  lane_serving: LaneServing):
+    from jovian_assets.bench_tools import (
+        BenchReport,
+        baseline_path,
+        gate,
+        night_shift_rows,
+        parse_baseline,
+        parse_perf,
+        parse_quality,
+        report_markdown,
+        update_night_shift,
+    )
+
     config = site.config()
     jovian = _jovian(site)
     lane = jovian.lane
@@ -151,7 +153,7 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
 
 
 def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: SiteConfig,
-                  serving: LaneServing, verdict: GateVerdict) -> str:
+                  serving: LaneServing, verdict: "GateVerdict") -> str:
     """The lane goes back to the image it served before this rev (jovian_assets/lane.py records it in
     the lane's history); what it serves now, for the gate's description."""
     back = restore_previous(context, spark, config, serving,
@@ -159,9 +161,11 @@ def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: 
     return "nothing (it served nothing before)" if back is None else f"{back.tag} ({back.image_id})"
 
 
-def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetime | None = None) -> Baseline:
+def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetime | None = None) -> "Baseline":
     """Make the run a filed report records the lane's baseline: `recipes/<lane>/baseline.json` in the build
     repo, one commit pushed fast-forward. A person chooses the report; lockstep copies its run record."""
+    from jovian_assets.bench_tools import baseline_from_report, baseline_json, baseline_path
+
     if config.jovian is None or config.jovian.lane is None:
         raise BenchFailed(f"{config.path}: no [jovian.lane]: there is no lane to re-baseline")
     jovian, lane = config.jovian, config.jovian.lane

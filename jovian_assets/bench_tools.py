@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resources.errors import FileFormatError, decode_utf8
+from resources.model import Model
 from resources.secrets import redact
 
 TOOL = "tool-eval-bench"
@@ -46,7 +47,7 @@ class BenchOutputError(FileFormatError):
 # ---- tool-eval-bench --json-file ----------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class _Strict(Model):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
@@ -122,7 +123,7 @@ class BenchyEnvelope(_Strict):
 # ---- what lockstep records -----------------------------------------------------------------------
 
 
-class CategoryScore(BaseModel):
+class CategoryScore(Model):
     category: str
     label: str
     percent: int
@@ -130,7 +131,7 @@ class CategoryScore(BaseModel):
     max: int
 
 
-class QualityRun(BaseModel):
+class QualityRun(Model):
     """One tool-eval-bench run as the gate and the reports use it (also the body of a baseline)."""
 
     tool: str = TOOL
@@ -152,13 +153,13 @@ class QualityRun(BaseModel):
         return f"{self.graded}/{self.total}"
 
 
-class PerfRow(BaseModel):
+class PerfRow(Model):
     test: str  # llama-bench's name: pp2048, tg128 (+ @d<depth>)
     concurrency: int
     tokens_per_s: float | None
 
 
-class PerfRun(BaseModel):
+class PerfRun(Model):
     tool: str = "llama-benchy"
     tool_version: str
     rows: list[PerfRow]
@@ -252,7 +253,7 @@ def parse_perf(raw: bytes, path: str) -> PerfRun:
 # ---- the baseline ---------------------------------------------------------------------------------
 
 
-class Baseline(BaseModel):
+class Baseline(Model):
     """`recipes/<lane>/baseline.json` in the build repo: the anchor run a person chose, as recorded."""
 
     model_config = ConfigDict(extra="forbid")
@@ -281,7 +282,7 @@ def baseline_json(baseline: Baseline) -> str:
 # ---- the gate -------------------------------------------------------------------------------------
 
 
-class GateVerdict(BaseModel):
+class GateVerdict(Model):
     passed: bool
     comparable: bool
     floor: float | None
@@ -404,7 +405,7 @@ def update_night_shift(existing: str | None, *, date: str, score_rows: list[str]
 # ---- what the asset records, and re-baselining from a filed report ---------------------------------
 
 
-class BenchReport(BaseModel):
+class BenchReport(Model):
     """`jovian/bench_report`: the run, the image it scored, the gate, and where the report was filed."""
 
     rev: str
@@ -434,7 +435,7 @@ def record_block(rev: str, image_id: str, quality: QualityRun) -> str:
     return f"{RECORD_OPEN}\n{body}\n{RECORD_CLOSE}\n"
 
 
-class _Record(BaseModel):
+class _Record(Model):
     model_config = ConfigDict(extra="forbid")
     rev: str
     image_id: str

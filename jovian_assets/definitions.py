@@ -1,6 +1,13 @@
 """The `jovian` code location: GPU serving images from the lab's source locks (runbook 004_43dc16d711c37290)."""
 
+import gc
+
 import dagster as dg
+
+# Importing dagster leaves ~110k long-lived objects, and the first full collection after it, which the
+# imports below would set off, rescans them all: a sixth of loading a location. They live as long as
+# the process does, so they go where no collection looks again.
+gc.freeze()
 
 from jovian_assets.adoption_assets import (
     adopt_lab_rev,

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from jovian_assets.cmake_syntax import Arg, Command, commands, condition_on_cuda, condition_tokens
 from jovian_assets.inputs import check_utf8, read_text
 from jovian_assets.models import Finding
 from resources.errors import FileFormatError
+from resources.model import Model
 from resources.names import (
     KNOWN_SCHEMES,
     NameRefused,
@@ -39,7 +40,7 @@ from resources.names import (
 EXTERNAL_PROJECTS = "cmake/external_projects"
 
 
-class DepRow(BaseModel):
+class DepRow(Model):
     """One GIT_REPOSITORY/GIT_TAG pin declared by the tree, under one condition."""
 
     name: str
@@ -54,7 +55,7 @@ class DepRow(BaseModel):
     kind: Literal["declare", "populate"] = "declare"
 
 
-class Gate(BaseModel):
+class Gate(Model):
     """One `gate NAME REPOSITORY TAG [SUBDIR...]` line of fetch-deps.sh."""
 
     name: str
@@ -64,12 +65,12 @@ class Gate(BaseModel):
     line: int
 
 
-class GateMatch(BaseModel):
+class GateMatch(Model):
     row: DepRow
     gate: Gate
 
 
-class GateMove(BaseModel):
+class GateMove(Model):
     """A gate whose dependency the tree now pins at another tag or repository."""
 
     name: str
@@ -82,7 +83,7 @@ class GateMove(BaseModel):
     change: str  # e.g. "tag a8f794d1… -> a6ec2ba7…"
 
 
-class GateDiff(BaseModel):
+class GateDiff(Model):
     added: list[DepRow]  # CUDA-path rows with no gate of the same name
     moved: list[GateMove]  # same name, another tag or repository
     removed: list[Gate]  # gates with no CUDA-path row
@@ -94,7 +95,7 @@ class GateDiff(BaseModel):
         return bool(self.ungated_cuda_pins)
 
 
-class TableMove(BaseModel):
+class TableMove(Model):
     name: str
     condition: str | None
     old: DepRow
@@ -102,7 +103,7 @@ class TableMove(BaseModel):
     change: str
 
 
-class TableDiff(BaseModel):
+class TableDiff(Model):
     """This rev's table against the previous rev's, by (name, condition)."""
 
     added: list[DepRow]

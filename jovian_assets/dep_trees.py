@@ -17,12 +17,11 @@ import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel
-
 from jovian_assets.inputs import check_utf8, path_under
 from jovian_assets.models import DepTree, Finding
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes
+from resources.model import Model as BaseModel  # builds its validator when first used
 from resources.names import KNOWN_SCHEMES, NameRefused, check_relative_path, check_url
 
 GITLINKS_POPULATED = "gitlinks_populated"

@@ -15,13 +15,12 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from jovian_assets.inputs import check_utf8
 from jovian_assets.models import Finding
 from resources.errors import FileFormatError
+from resources.model import Model
 from resources.tomlfile import key_line, load_toml
 
 DEVIATIONS_FILE = "gb10-deviations.toml"
@@ -32,7 +31,7 @@ _RUNTIME = re.compile(r"^(torch|flashinfer(-python|-cubin|-jit-cache)?|nvidia-nc
                       r"|cuda-python|cuda-bindings)$")
 
 
-class Deviation(BaseModel):
+class Deviation(Model):
     model_config = ConfigDict(extra="forbid")
 
     component: str = Field(min_length=1, description="CUDA, flashinfer, NCCL, ...")
@@ -41,7 +40,7 @@ class Deviation(BaseModel):
     why: str = ""
 
 
-class Deviations(BaseModel):
+class Deviations(Model):
     """`gb10-deviations.toml`: the tree pins the deviations were last evaluated against, and the deviations."""
 
     model_config = ConfigDict(extra="forbid")
@@ -52,6 +51,8 @@ class Deviations(BaseModel):
 
 def parse_deviations(text: str, path: str) -> Deviations:
     """The deviations file, validated; a problem is a FileFormatError naming the line and the value."""
+    from packaging.utils import canonicalize_name
+
     data = load_toml(Path(path), check_utf8(text, path))
     try:
         parsed = Deviations.model_validate(data)
@@ -65,6 +66,9 @@ def parse_deviations(text: str, path: str) -> Deviations:
 
 def runtime_pins(text: str, path: str) -> dict[str, str]:
     """The `name==version` runtime pins of a requirements file; an unparsable line names its line."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     pins: dict[str, str] = {}
     for number, raw in enumerate(check_utf8(text, path).splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()

@@ -30,10 +30,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from jovian_assets.models import LaneServing, ServedImage
 from resources.errors import LockstepError
+from resources.model import Model
 from resources.names import NameRefused, check_name
 from resources.secrets import redact, secret_values
 from resources.site import SiteConfig
@@ -64,20 +65,20 @@ class _Log(Protocol):
 # ---- what docker says, validated where it enters -------------------------------------------------
 
 
-class _State(BaseModel):
+class _State(Model):
     model_config = ConfigDict(extra="ignore")
     Status: str
     ExitCode: int = 0
     StartedAt: str = ""
 
 
-class _Config(BaseModel):
+class _Config(Model):
     model_config = ConfigDict(extra="ignore")
     Image: str = ""
     Labels: dict[str, str] | None = None
 
 
-class _Inspect(BaseModel):
+class _Inspect(Model):
     model_config = ConfigDict(extra="ignore")
     Id: str
     Name: str
@@ -86,7 +87,7 @@ class _Inspect(BaseModel):
     Config: _Config
 
 
-class Container(BaseModel):
+class Container(Model):
     """One lane node's serving container as `docker container inspect` reports it."""
 
     node: str
@@ -138,7 +139,7 @@ def _label(value: str | None, rule: Any, kind: str) -> str | None:
         return None  # a label someone else wrote: not ours to trust, and not needed
 
 
-class Mark(BaseModel):
+class Mark(Model):
     pattern: str
     line: str
     at: datetime | None  # the log line's timestamp (docker logs --timestamps)
@@ -168,12 +169,12 @@ def readiness_marks(log: str, patterns: Iterable[str]) -> list[Mark]:
     return found
 
 
-class _Model(BaseModel):
+class _Model(Model):
     model_config = ConfigDict(extra="ignore")
     id: str
 
 
-class _Models(BaseModel):
+class _Models(Model):
     model_config = ConfigDict(extra="ignore")
     data: list[_Model] = Field(default_factory=list)
 
@@ -438,7 +439,7 @@ def _said(image: ServedImage) -> str:
 # ---- the lane's history --------------------------------------------------------------------------
 
 
-class LaneState(BaseModel):
+class LaneState(Model):
     """One record of `jovian/lane`: what the lane serves after a boot, a restore or a stop."""
 
     action: Literal["boot", "restore", "stop"]

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from jovian_assets.source_lock import SourceLock
+from resources.model import Model
 
 
-class Finding(BaseModel):
+class Finding(Model):
     """The outcome of one audit, ready to become an asset check result."""
 
     passed: bool
     description: str
 
 
-class AdoptedLock(BaseModel):
+class AdoptedLock(Model):
     """`jovian/source_lock`: a rev's lock as the lab published it, and where it was read."""
 
     rev: str
@@ -26,13 +27,13 @@ class AdoptedLock(BaseModel):
     lock: SourceLock
 
 
-class BranchCommit(BaseModel):
+class BranchCommit(Model):
     sha: str
     committed_at: datetime
     summary: str
 
 
-class BranchTip(BaseModel):
+class BranchTip(Model):
     name: str
     tip: str
     ahead: int  # commits on the branch after the pin
@@ -42,7 +43,7 @@ class BranchTip(BaseModel):
     commits: list[BranchCommit] = Field(default_factory=list)
 
 
-class PackageCut(BaseModel):
+class PackageCut(Model):
     name: str
     repository: str
     commit: str
@@ -54,7 +55,7 @@ class PackageCut(BaseModel):
     previous_commit: str | None = None  # this package's pin in the previous rev's lock; None: no such pin
 
 
-class HeldPin(BaseModel):
+class HeldPin(Model):
     """A pin left unchanged since the previous rev while its fork had nothing in this rev's cut window:
     held on purpose (the runbook's r39 holds LMCache at 29bc5a2e), reported, not failed."""
 
@@ -64,7 +65,7 @@ class HeldPin(BaseModel):
     description: str  # e.g. "lmcache held at 29bc5a2e (unchanged since r38; no integration commits within the r39 cut window)"
 
 
-class ForkCut(BaseModel):
+class ForkCut(Model):
     """`jovian/fork_cut`: the fork set as one cut (runbook 'Adopting a new lab rev', step 2)."""
 
     rev: str
@@ -74,13 +75,13 @@ class ForkCut(BaseModel):
     holds: list[HeldPin] = Field(default_factory=list)
 
 
-class ProfileDiff(BaseModel):
+class ProfileDiff(Model):
     key: str
     base: str | None  # versions.env
     profile: str
 
 
-class BuildProfile(BaseModel):
+class BuildProfile(Model):
     """`jovian/build_profile`: profiles/<rev>.env in the build repo."""
 
     rev: str
@@ -93,7 +94,7 @@ class BuildProfile(BaseModel):
     pushed: bool
 
 
-class DepTree(BaseModel):
+class DepTree(Model):
     name: str
     repository: str
     tag: str
@@ -105,13 +106,13 @@ class DepTree(BaseModel):
     error: str | None = None
 
 
-class DepTrees(BaseModel):
+class DepTrees(Model):
     rev: str
     root: str
     trees: list[DepTree]
 
 
-class ServedImage(BaseModel):
+class ServedImage(Model):
     """What a lane serves: the running container's image as `docker inspect` reports it."""
 
     rev: str | None  # None when the lane served an image lockstep did not boot
@@ -120,7 +121,7 @@ class ServedImage(BaseModel):
     container: str
 
 
-class LaneServing(BaseModel):
+class LaneServing(Model):
     """`jovian/lane_serving`: a rev's image booted on the lane, serving, and proven to be the built image.
 
     The bench targets `base_url` on `bench_node` (the endpoint is local to that node); the report names

@@ -14,11 +14,12 @@ import shutil
 import time
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from jovian_assets.models import Finding
 from jovian_assets.source_lock import SourceLock
 from resources.errors import LockstepError
+from resources.model import Model
 from resources.names import under
 from resources.site_jovian import BootGate
 from resources.spark import DetachedHandle, SparkError, SparkNodes
@@ -34,7 +35,7 @@ class NodeBuildFailed(LockstepError):
     """The build, a gate, a transfer or the bench failed on a node; the message names the node."""
 
 
-class NodeImage(BaseModel):
+class NodeImage(Model):
     """`jovian/image`: what the build node holds after the build."""
 
     rev: str
@@ -49,7 +50,7 @@ class NodeImage(BaseModel):
     gates: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
-class Distribution(BaseModel):
+class Distribution(Model):
     tag: str
     image_id: str
     nodes: dict[str, str]  # node -> image ID it holds after `docker load`

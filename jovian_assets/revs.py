@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from jovian_assets.models import AdoptedLock
 from jovian_assets.source_lock import parse_source_lock
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.model import Model
 from resources.names import NameRefused, check_name
 from resources.secrets import redact
 from resources.site_jovian import JovianSection
@@ -15,7 +14,7 @@ from resources.site_jovian import JovianSection
 LAB_COMMIT_TAG = "lockstep/lab_commit"  # set by lab_rev_sensor: the lab commit a run adopts from
 
 
-class LabLock(BaseModel):
+class LabLock(Model):
     """One lock file at a lab commit: its rev, or why it could not be read."""
 
     path: str

@@ -16,10 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import BaseModel
-
 from jovian_assets.inputs import check_utf8, name_at, url_at
 from resources.errors import FileFormatError
+from resources.model import Model
 
 FORMAT = "local-inference-source-lock/v1"
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
@@ -35,7 +34,7 @@ _SHA_SUFFIXES = (".commit", ".tree", ".blob")
 _SHA256_SUFFIX = ".sha256"
 
 
-class LockedPackage(BaseModel):
+class LockedPackage(Model):
     """One engine package of the lock: a prefix P with both `P.repository` and `P.commit`."""
 
     name: str
@@ -48,7 +47,7 @@ class LockedPackage(BaseModel):
     line: int  # line of P.commit
 
 
-class SourceLock(BaseModel):
+class SourceLock(Model):
     """A parsed lock: the packages it pins, and every key=value exactly as the lab wrote it."""
 
     path: str

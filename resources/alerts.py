@@ -7,29 +7,21 @@ more. The URL is a secret: every error that leaves `deliver` has it redacted.
 
 from __future__ import annotations
 
-import logging
-
 import dagster as dg
-import requests
-from pydantic import BaseModel
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from resources.errors import LockstepError
+from resources.model import Model
+from resources.secrets import quiet_urllib3
 from resources.site_alerts import AlertKind, AlertsSection
 from tpu_assets.harbor_hold import HOLD, HOLD_REASON, LOCK_ACTION
 from tpu_assets.history import FLOATING_TAG
-
-# urllib3 logs each request line and each retry at DEBUG, path included: for a webhook the path IS the token
-# (hooks.slack.com/services/T.../B.../secret). A daemon run at DEBUG must not write it out.
-logging.getLogger("urllib3").setLevel(logging.INFO)
 
 TRIES = 3
 TIMEOUT_S = 10
 HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
 
 
-class Alert(BaseModel):
+class Alert(Model):
     kind: AlertKind
     text: str
     url: str
@@ -108,6 +100,11 @@ def payload(alert: Alert) -> dict[str, object]:
 
 def deliver(url: str, alert: Alert, *, backoff_s: float = 0.5) -> None:
     """POST the alert to `url`, up to TRIES times; AlertNotDelivered (URL redacted) when every try failed."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    quiet_urllib3()
     retry = Retry(total=TRIES - 1, backoff_factor=backoff_s, status_forcelist=(429, 500, 502, 503, 504),
                   allowed_methods=None, raise_on_status=False)
     with requests.Session() as session:

@@ -18,14 +18,16 @@ import binascii
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from resources.errors import LockstepError
+from resources.model import Model
+
+# cryptography loads with the first key, not with a code location.
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 STATEMENT_V1 = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
@@ -44,6 +46,8 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def keyid_of(public: ec.EllipticCurvePublicKey) -> str:
+    from cryptography.hazmat.primitives import serialization
+
     der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(der).hexdigest()
 
@@ -60,6 +64,10 @@ class TrustedKey:
         return keyid_of(self.public)
 
     def verifies(self, signature: bytes, data: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         try:
             self.public.verify(signature, data, ec.ECDSA(hashes.SHA256()))
         except InvalidSignature:
@@ -67,6 +75,8 @@ class TrustedKey:
         return True
 
     def pem(self) -> str:
+        from cryptography.hazmat.primitives import serialization
+
         return self.public.public_bytes(serialization.Encoding.PEM,
                                         serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
@@ -93,10 +103,15 @@ class SigningKey:
 
     def sign(self, data: bytes) -> bytes:
         """An ASN.1 DER ECDSA signature over sha256(data), as DSSE's ecdsa signers write it."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         return self._private.sign(data, ec.ECDSA(hashes.SHA256()))
 
 
 def _p256(key: object, what: str) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     if not isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
         kind = getattr(getattr(key, "curve", None), "name", None) or type(key).__name__.removeprefix("_")
         raise AttestError(f"{what} is a {kind} key; lockstep signs and verifies with ECDSA P-256 keys only "
@@ -105,6 +120,8 @@ def _p256(key: object, what: str) -> None:
 
 def load_signing_key(pem: str, *, env: str) -> SigningKey:
     """The PEM private key from $`env` (PKCS#8 or SEC1, unencrypted). Errors name `env`, never the value."""
+    from cryptography.hazmat.primitives import serialization
+
     if not pem.strip():
         raise AttestError(f"${env} is unset or empty: export it with the ECDSA P-256 private key (PEM) that "
                           "signs attestations ([attest] key_env)")
@@ -120,6 +137,8 @@ def load_signing_key(pem: str, *, env: str) -> SigningKey:
 
 def load_public_key(pem: bytes, *, source: str) -> TrustedKey:
     """A PEM public key (SubjectPublicKeyInfo, as `cosign.pub`); AttestError naming `source`."""
+    from cryptography.hazmat.primitives import serialization
+
     try:
         key = serialization.load_pem_public_key(pem)
     except (ValueError, TypeError) as exc:
@@ -131,13 +150,13 @@ def load_public_key(pem: bytes, *, source: str) -> TrustedKey:
 # -- the envelope ----------------------------------------------------------------------------------
 
 
-class DsseSignature(BaseModel):
+class DsseSignature(Model):
     model_config = ConfigDict(extra="ignore")
     keyid: str = ""
     sig: str
 
 
-class Envelope(BaseModel):
+class Envelope(Model):
     """A DSSE envelope as JSON carries it (payload and sig base64)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)

@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import Literal
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.model import Model
 from resources.secrets import redact
 
 SHOWN = 50  # commits listed per repository and direction; past that, counted ("N more")
@@ -24,14 +25,14 @@ SHOWN = 50  # commits listed per repository and direction; past that, counted ("
 Change = Literal["added", "removed"]
 
 
-class ChangeCommit(BaseModel):
+class ChangeCommit(Model):
     sha: str
     subject: str
     author: str
     committed_at: datetime
 
 
-class CommitRange(BaseModel):
+class CommitRange(Model):
     """What moving `repo` from `base` to `target` changes: commits added (`base..target`) and removed
     (`target..base`); a forward move only adds, a rollback only removes, a rewritten branch does both."""
 
@@ -49,7 +50,7 @@ class CommitRange(BaseModel):
         return self.base is not None and self.target is not None and self.base != self.target
 
 
-class ChangeRow(BaseModel):
+class ChangeRow(Model):
     repo: str
     change: Change
     sha: str

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
-import git
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model as BaseModel  # builds its validator when first used
 from resources.names import (
     DEFAULT_SCHEMES,
     KNOWN_SCHEMES,
@@ -45,6 +45,8 @@ from resources.names import (
 from resources.secrets import redact
 
 if TYPE_CHECKING:
+    import git
+
     from resources.site import SiteConfig
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -133,6 +135,8 @@ class GitRemotes(dg.ConfigurableResource):
         return self._cache().parent / "trees"
 
     def _git(self, args: Sequence[str], cwd: Path | None = None, *, url: str | None = None) -> str:
+        import git
+
         cmd = git.cmd.Git(str(cwd) if cwd else None)
         allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
         try:
@@ -178,6 +182,8 @@ class GitRemotes(dg.ConfigurableResource):
     @contextlib.contextmanager
     def _locked_mirror(self, url: str) -> Iterator[git.Repo]:
         """The mirror for `url`, created on first use, held under an exclusive file lock."""
+        import git
+
         cache = self._cache()
         cache.mkdir(parents=True, exist_ok=True)
         path = cache / mirror_name(url)
@@ -516,6 +522,8 @@ def glob_match(pattern: str, path: str) -> bool:
 
 
 def _has_commit(repo: git.Repo, sha: str) -> bool:
+    import git
+
     try:
         repo.git.cat_file("-e", f"{sha}^{{commit}}")
         return True

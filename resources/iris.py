@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import dagster as dg
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from resources.errors import LockstepError
 from resources.iris_output import (
@@ -48,6 +48,7 @@ from resources.iris_output import (
     parse_list_text,
     parse_state_output,
 )
+from resources.model import Model
 from resources.secrets import MASK, redact, redact_argv
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-class IrisCapabilities(BaseModel):
+class IrisCapabilities(Model):
     """What one installed iris binary offers, read from its own help screens."""
 
     job_commands: frozenset[str]
@@ -131,7 +132,7 @@ class IrisCapabilities(BaseModel):
 _CAPABILITIES: dict[tuple[str, ...], IrisCapabilities] = {}
 
 
-class JobSpec(BaseModel):
+class JobSpec(Model):
     """One `iris job run`, exactly the runbook's shape."""
 
     name: str
@@ -154,7 +155,7 @@ class JobSpec(BaseModel):
     command: list[str] = Field(description="What follows `--`, e.g. ['bash', '-lc', '...'].")
 
 
-class Submission(BaseModel):
+class Submission(Model):
     """A submitted job: its id, when lockstep submitted it, and the submission iris recorded."""
 
     job_id: str
@@ -162,7 +163,7 @@ class Submission(BaseModel):
     listed: ListedJob | None = Field(default=None, description="`job list` right after submit: this incarnation.")
 
 
-class JobLog(BaseModel):
+class JobLog(Model):
     """A finished job's log read back from iris, masked; and which secrets it would have shown."""
 
     lines: int
@@ -171,7 +172,7 @@ class JobLog(BaseModel):
     truncated: bool = False
 
 
-class _Answer(BaseModel):
+class _Answer(Model):
     exit_code: int
     output: str  # stdout + stderr, redacted
     stdout: str  # redacted

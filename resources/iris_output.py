@@ -35,9 +35,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model
 from resources.secrets import redact
 
 
@@ -90,14 +91,14 @@ class JobState(StrEnum):
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.WORKER_FAILED, JobState.UNSCHEDULABLE})
 
 
-class TaskRow(BaseModel):
+class TaskRow(Model):
     index: str
     state: str
     exit_code: int | None = None
     diagnostic: str = ""
 
 
-class JobSummary(BaseModel):
+class JobSummary(Model):
     """One reading of a job's state, from whichever command the installed iris has."""
 
     job_id: str
@@ -113,7 +114,7 @@ class JobSummary(BaseModel):
         return "; ".join(f"task {t.index} {t.state}: {t.diagnostic}" for t in self.tasks if t.diagnostic)
 
 
-class ListedJob(BaseModel):
+class ListedJob(Model):
     """One row of `job list`: the only place every iris version prints a job's submit time."""
 
     job_id: str

@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from resources.errors import LockstepError
 from resources.iris import JobSpec
+from resources.model import Model
 
 # What follows `--` in the runbook, verbatim: decode the script in the task, then become it.
 BUILD_COMMAND = ["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
@@ -29,7 +30,7 @@ class KanikoError(LockstepError):
     """The kaniko build cannot be rendered as asked; raised before anything is submitted."""
 
 
-class KanikoSettings(BaseModel):
+class KanikoSettings(Model):
     """What one :tpu build needs. Secrets are never here: `docker_token_env` NAMES the variable."""
 
     model_config = ConfigDict(extra="forbid")

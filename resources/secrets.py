@@ -6,6 +6,7 @@ every string that leaves lockstep (an error, a logged command line, metadata) pa
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -39,3 +40,10 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
     """A command line fit for a log: every argument passed through `redact`."""
     secrets = list(secrets)
     return [redact(a, secrets) for a in argv]
+
+
+def quiet_urllib3() -> None:
+    """Called before the first request of every HTTP client lockstep builds: urllib3 logs each request
+    line and each retry at DEBUG, path included, and for a webhook the path IS the token
+    (hooks.slack.com/services/T.../B.../secret). A daemon run at DEBUG must not write it out."""
+    logging.getLogger("urllib3").setLevel(logging.INFO)

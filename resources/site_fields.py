@@ -12,14 +12,15 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from dagster._core.definitions.utils import is_valid_owner
-from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, ConfigDict, field_validator
 
+from resources.model import Model
 from resources.names import KNOWN_SCHEMES, check_name, check_ref, check_relative_path, check_url
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
-class Table(BaseModel):
+class Table(Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     @field_validator("*", mode="after")

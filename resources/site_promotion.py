@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from cronsim import CronSim, CronSimError
 from pydantic import AfterValidator, Field, model_validator
 
 from resources.names import NameRefused
@@ -26,6 +25,8 @@ _CHAIN_LIMIT = 1000
 
 
 def check_cron(kind: str, value: object) -> str:
+    from cronsim import CronSim, CronSimError
+
     if not isinstance(value, str) or not value.strip():
         raise NameRefused(f"{kind} {value!r} is not a cron expression (five fields, e.g. '0 18 * * fri')")
     try:
@@ -84,6 +85,8 @@ class FreezeWindow(Table):
     def open_until(self, now: datetime) -> datetime | None:
         """When the window that is open at `now` closes (a recurrence that opens before the previous
         one closed extends it); None when it is closed at `now`."""
+        from cronsim import CronSim
+
         if self.cron is None or self.duration_minutes is None:
             assert self.start is not None and self.end is not None
             return self.end if self.start <= now < self.end else None

@@ -9,9 +9,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.model import Model
 from resources.names import KNOWN_SCHEMES, NameRefused, check_url
 from resources.secrets import redact
 from resources.tomlfile import key_line, load_toml
@@ -23,13 +24,13 @@ class UvError(LockstepError):
     """uv exited non-zero or did not finish in time."""
 
 
-class UvResult(BaseModel):
+class UvResult(Model):
     ok: bool
     exit_code: int
     output: str
 
 
-class GitSource(BaseModel):
+class GitSource(Model):
     """A git source as uv.lock records it: ``git = "<url>?branch=<b>#<commit>"``."""
 
     url: str
@@ -67,7 +68,7 @@ class GitSource(BaseModel):
         return "default branch"
 
 
-class LockedPackage(BaseModel):
+class LockedPackage(Model):
     model_config = ConfigDict(extra="allow")
 
     name: str
@@ -79,7 +80,7 @@ class LockedPackage(BaseModel):
         return GitSource.parse(self.source["git"]) if "git" in self.source else None
 
 
-class UvLock(BaseModel):
+class UvLock(Model):
     """The parts of ``uv.lock`` lockstep reads; every other key is kept as-is."""
 
     model_config = ConfigDict(extra="allow")

@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.alerts import (
     HARBOR_LOCK,
@@ -27,6 +27,7 @@ from resources.alerts import (
 )
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.model import Model as BaseModel  # builds its validator when first used
 from resources.secrets import redact
 from resources.site import SiteConfig, SiteResource
 from resources.site_alerts import AlertsSection, Webhook

@@ -270,3 +270,21 @@ def test_an_unreachable_receiver_error_does_not_carry_the_url() -> None:
     with pytest.raises(AlertNotDelivered) as err:
         deliver(url, Alert(kind="run_failure", text="x", url="http://h/runs/1"), backoff_s=0.01)
     assert SECRET_PATH not in str(err.value) and "127.0.0.1" not in str(err.value)
+
+
+def test_the_first_delivery_of_a_fresh_process_logs_no_webhook_path_at_debug(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # requests and urllib3 load when the first alert is delivered, so the urllib3 logger is quieted there:
+    # start from a process where nothing has set it yet.
+    urllib3_logger = logging.getLogger("urllib3")
+    level = urllib3_logger.level
+    urllib3_logger.setLevel(logging.NOTSET)
+    caplog.set_level(logging.DEBUG)
+    try:
+        deliver(receiver.url, Alert(kind="run_failure", text="x", url="http://h/runs/1"), backoff_s=0.01)
+    finally:
+        quieted = urllib3_logger.level
+        urllib3_logger.setLevel(level)
+    assert len(receiver.delivered) == 1
+    assert quieted == logging.INFO and SECRET_PATH not in caplog.text

@@ -20,9 +20,10 @@ import shlex
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model
 
 _ASSIGN = re.compile(r"^\s*(?:export\s+|readonly\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
@@ -31,7 +32,7 @@ _DESTINATION = re.compile(r"--destination(?:=|\s+)(\S+)")
 _KANIKO_LATEST = re.compile(r"gcr\.io/kaniko-project/executor(?::latest)?(?![:@\w.-])")
 
 
-class ScriptFinding(BaseModel):
+class ScriptFinding(Model):
     severity: Literal["error", "warning"]
     line: int
     message: str
@@ -41,7 +42,7 @@ class BuildScriptRefused(LockstepError):
     """The build script would push elsewhere, leak the token or skip the GITSHA guard; nothing submitted."""
 
 
-class ScriptReport(BaseModel):
+class ScriptReport(Model):
     path: str
     destination: str | None = Field(default=None, description="Where the script pushes, as resolved from its text.")
     destination_line: int | None = None

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
-from pydantic import BaseModel
 
 from resources.changelog import SHOWN, CommitRange, changelog_metadata, commit_range
 from resources.errors import LockstepError
 from resources.git import GitError, GitRemotes, RemoteUnreachable
+from resources.model import Model
 from resources.registry import ImageRef, Registry
 from resources.site import SiteConfig
 from resources.uv import UvLock
@@ -34,7 +34,7 @@ class ChangelogRefused(LockstepError):
     """FROM or TO does not name a build or a harbor commit; nothing was compared."""
 
 
-class Endpoint(BaseModel):
+class Endpoint(Model):
     """One side of a changelog: what the person named and the harbor commit it stands for."""
 
     label: str  # "build 1a2b3c4d" or "harbor 5e6f7a8b"

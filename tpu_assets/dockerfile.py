@@ -9,13 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from resources.errors import FileFormatError
 from resources.git import SHA_RE
+from resources.model import Model
 
 
-class DockerfilePin(BaseModel):
+class DockerfilePin(Model):
     path: str
     line: int
     variable: str

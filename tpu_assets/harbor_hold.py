@@ -10,14 +10,15 @@ sensor tick.
 from __future__ import annotations
 
 import dagster as dg
-from pydantic import BaseModel
+
+from resources.model import Model
 
 HOLD = "harbor_hold"
 HOLD_REASON = "harbor_hold_reason"
 LOCK_ACTION = "lock_action"  # relock | runtime_pin | release_hold
 
 
-class HarborHold(BaseModel):
+class HarborHold(Model):
     held: bool
     reason: str = ""
 

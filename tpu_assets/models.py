@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from resources.model import Model
 
 
-class Finding(BaseModel):
+class Finding(Model):
     """The outcome of one verification, ready to become an asset check result."""
 
     passed: bool
@@ -13,12 +15,12 @@ class Finding(BaseModel):
     facts: dict[str, str] = Field(default_factory=dict)
 
 
-class HarborPin(BaseModel):
+class HarborPin(Model):
     commit: str
     version: str | None
 
 
-class HarborLock(BaseModel):
+class HarborLock(Model):
     """The consumer repo's lock state after a re-lock (or the state found, when already current)."""
 
     consumer_repo: str
@@ -40,7 +42,7 @@ class HarborLock(BaseModel):
         return self.before.commit != self.after.commit
 
 
-class BuiltImage(BaseModel):
+class BuiltImage(Model):
     """`tpu/image`: the pushed, immutable ``:tpu-<gitsha>`` and how it came to be."""
 
     consumer_commit: str
@@ -64,7 +66,7 @@ class BuiltImage(BaseModel):
         return f"{self.ref.rsplit(':', 1)[0]}@{self.digest}"
 
 
-class SmokeResult(BaseModel):
+class SmokeResult(Model):
     """`tpu/smoke`: a live job on the pinned image, judged by its final state."""
 
     task_image: str
@@ -74,7 +76,7 @@ class SmokeResult(BaseModel):
     duration_s: float = 0.0
 
 
-class VerifiedImage(BaseModel):
+class VerifiedImage(Model):
     """`tpu/verified_image`: a build that passed every check and the smoke (the 'last good' record)."""
 
     build: str

@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel
-
+from resources.model import Model
 from resources.site_promotion import FreezeWindow, PromotionSection
 from tpu_assets.promotion import PromotionRefused
 from tpu_assets.rollback import VerifiedBuild, VerifiedRecords, as_records
@@ -25,7 +24,7 @@ from tpu_assets.rollback import VerifiedBuild, VerifiedRecords, as_records
 Rule = Literal["soak", "freeze", "reject"]
 
 
-class Rejection(BaseModel):
+class Rejection(Model):
     """The newest reject/release record of one build (an observation on its tpu_builds partition)."""
 
     build: str
@@ -43,7 +42,7 @@ class PolicyRefused(PromotionRefused):
         self.rule = rule
 
 
-class FreezeOverride(BaseModel):
+class FreezeOverride(Model):
     """A freeze a person promoted through: recorded with the move."""
 
     window: str

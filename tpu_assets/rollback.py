@@ -11,10 +11,12 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from resources.model import Model
 
 
-class VerifiedBuild(BaseModel):
+class VerifiedBuild(Model):
     """A `tpu/verified_image` record: a build that passed every image check and the smoke."""
 
     build: str  # the tpu_builds partition: the consumer commit
@@ -28,7 +30,7 @@ class VerifiedBuild(BaseModel):
 MoveAction = Literal["promote", "rollback", "release_hold", "observed"]
 
 
-class TagMove(BaseModel):
+class TagMove(Model):
     """A `tpu/floating_tag` record: one move of the floating tag (or a hold change)."""
 
     action: MoveAction
@@ -40,7 +42,7 @@ class TagMove(BaseModel):
     at: float = 0.0
 
 
-class Candidate(BaseModel):
+class Candidate(Model):
     build: str | None
     digest: str
     harbor_commit: str | None = None
@@ -49,7 +51,7 @@ class Candidate(BaseModel):
     refused: str | None = Field(default=None, description="Why this one is not a rollback target.")
 
 
-class RollbackPlan(BaseModel):
+class RollbackPlan(Model):
     current_digest: str | None
     must_contain: str | None
     explicit_build: str | None

@@ -11,9 +11,6 @@ before the push leaves the remote exactly as it was.
 
 from __future__ import annotations
 
-import tomlkit
-from tomlkit.exceptions import TOMLKitError
-
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, Worktree
 from resources.secrets import redact
@@ -36,6 +33,9 @@ def set_harbor_source(text: str, package: str, *, rev: str | None = None, branch
 
     Only that entry's branch/rev/tag keys change (tomlkit keeps every other byte); the git URL stays.
     """
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
     assert (rev is None) != (branch is None)
     try:
         doc = tomlkit.parse(text)

@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model
 from tpu_assets.rollback import TagMove
 
 WATCH_NAME = "floating_tag_watch"
 
 
-class TagIntent(BaseModel):
+class TagIntent(Model):
     """A move a run was about to write, logged BEFORE its PUT: if the run dies after the PUT, the
     watch finds the registry at `to_digest` and records the move this intent describes."""
 
@@ -33,7 +34,7 @@ class TagIntent(BaseModel):
     at: float = 0.0
 
 
-class LogState(BaseModel):
+class LogState(Model):
     """The log's newest record, and the intents logged after it (newest first)."""
 
     current: str | None = None
@@ -42,7 +43,7 @@ class LogState(BaseModel):
     intents: list[TagIntent] = Field(default_factory=list)
 
 
-class TagWrite(BaseModel):
+class TagWrite(Model):
     """What one write of the floating tag found: the re-read after the PUT, and the PUT's error if it raised."""
 
     target: str

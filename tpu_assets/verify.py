@@ -8,29 +8,29 @@ from __future__ import annotations
 
 import json
 import re
-from email.parser import HeaderParser
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from resources.model import Model
 from resources.registry import Manifest
 from resources.site import Probe
 from tpu_assets.models import Finding, HarborPin
 
 
-class VcsInfo(BaseModel):
+class VcsInfo(Model):
     vcs: str
     commit_id: str
     requested_revision: str | None = None
 
 
-class DirectUrl(BaseModel):
+class DirectUrl(Model):
     """PEP 610 ``direct_url.json``: how a distribution was installed."""
 
     url: str
     vcs_info: VcsInfo | None = None
 
 
-class InstalledDist(BaseModel):
+class InstalledDist(Model):
     """What the image has installed: dist-info METADATA and direct_url.json."""
 
     dist_info: str
@@ -45,6 +45,8 @@ class InstalledDist(BaseModel):
 
 def parse_installed(dist_info: str, metadata_text: str, direct_url_text: str | None) -> InstalledDist:
     """Parse a dist-info directory's METADATA (RFC 822 headers) and optional direct_url.json."""
+    from email.parser import HeaderParser
+
     headers = HeaderParser().parsestr(metadata_text)
     direct: DirectUrl | None = None
     if direct_url_text is not None:

@@ -16,41 +16,50 @@ for the embedded sandbox.
     http.py       HttpRegistry
     layout.py     LayoutRegistry
     backends.py   registry_for(site)
+
+Each name here loads its module when first asked for, so a location that needs only `refs` (the jovian
+one, through the site's rules) does not import the HTTP client, the layer walk or the cache.
 """
 
-from resources.registry.backends import registry_for
-from resources.registry.base import ImageScan, Registry
-from resources.registry.cache import BlobCache
-from resources.registry.http import HttpRegistry
-from resources.registry.layers import MAX_SYMLINK_HOPS, GlobQuery
-from resources.registry.layout import LayoutRegistry
-from resources.registry.refs import (
-    DOCKER_LAYER_GZIP,
-    DOCKER_LIST,
-    DOCKER_MANIFEST,
-    IMAGE_MANIFESTS,
-    INDEXES,
-    MAX_CONFIG_BYTES,
-    MAX_MANIFEST_BYTES,
-    OCI_CONFIG,
-    OCI_INDEX,
-    OCI_LAYER_GZIP,
-    OCI_LAYER_TAR,
-    OCI_LAYER_ZSTD,
-    OCI_MANIFEST,
-    REF_NAME,
-    Descriptor,
-    FileRead,
-    ImageRef,
-    Manifest,
-    PinnedTagTaken,
-    RawManifest,
-    RegistryError,
-    TagGuard,
-    TagMoved,
-    digest_of,
-    is_digest,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from resources.registry.backends import registry_for
+    from resources.registry.base import ImageScan, Registry
+    from resources.registry.cache import BlobCache
+    from resources.registry.http import HttpRegistry
+    from resources.registry.layers import MAX_SYMLINK_HOPS, GlobQuery
+    from resources.registry.layout import LayoutRegistry
+    from resources.registry.refs import (
+        DOCKER_LAYER_GZIP,
+        DOCKER_LIST,
+        DOCKER_MANIFEST,
+        IMAGE_MANIFESTS,
+        INDEXES,
+        MAX_CONFIG_BYTES,
+        MAX_MANIFEST_BYTES,
+        OCI_CONFIG,
+        OCI_INDEX,
+        OCI_LAYER_GZIP,
+        OCI_LAYER_TAR,
+        OCI_LAYER_ZSTD,
+        OCI_MANIFEST,
+        REF_NAME,
+        Descriptor,
+        FileRead,
+        ImageRef,
+        Manifest,
+        PinnedTagTaken,
+        RawManifest,
+        RegistryError,
+        TagGuard,
+        TagMoved,
+        digest_of,
+        is_digest,
+    )
 
 __all__ = [
     "DOCKER_LAYER_GZIP", "DOCKER_LIST", "DOCKER_MANIFEST", "IMAGE_MANIFESTS", "INDEXES", "MAX_CONFIG_BYTES",
@@ -59,3 +68,28 @@ __all__ = [
     "HttpRegistry", "ImageRef", "ImageScan", "LayoutRegistry", "Manifest", "PinnedTagTaken", "RawManifest",
     "Registry", "RegistryError", "TagGuard", "TagMoved", "digest_of", "is_digest", "registry_for",
 ]
+
+_MODULE_OF = {name: module for module, names in {
+    "backends": ["registry_for"],
+    "base": ["ImageScan", "Registry"],
+    "cache": ["BlobCache"],
+    "http": ["HttpRegistry"],
+    "layers": ["MAX_SYMLINK_HOPS", "GlobQuery"],
+    "layout": ["LayoutRegistry"],
+    "refs": [
+        "DOCKER_LAYER_GZIP", "DOCKER_LIST", "DOCKER_MANIFEST", "IMAGE_MANIFESTS", "INDEXES",
+        "MAX_CONFIG_BYTES", "MAX_MANIFEST_BYTES", "OCI_CONFIG", "OCI_INDEX", "OCI_LAYER_GZIP",
+        "OCI_LAYER_TAR", "OCI_LAYER_ZSTD", "OCI_MANIFEST", "REF_NAME", "Descriptor", "FileRead",
+        "ImageRef", "Manifest", "PinnedTagTaken", "RawManifest", "RegistryError", "TagGuard",
+        "TagMoved", "digest_of", "is_digest",
+    ],
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup finds it without coming here
+    return value

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from resources.model import Model
 from resources.registry.cache import BlobCache
 from resources.registry.layers import GlobQuery, LayerSource, image_path, scan_layers
 from resources.registry.refs import (
@@ -45,7 +46,7 @@ from resources.registry.refs import (
 )
 
 
-class ImageScan(BaseModel):
+class ImageScan(Model):
     """What one walk over an image's layers found: the files asked for, the glob matches (and their
     files when asked), and what the walk cost."""
 

@@ -15,11 +15,10 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urljoin, urlsplit
 
 import dagster as dg
-import requests
 from pydantic import Field, PrivateAttr
 
 from resources.registry.base import Registry
@@ -51,7 +50,10 @@ from resources.registry.transport import (
     skip_to,
     with_query,
 )
-from resources.secrets import redact
+from resources.secrets import quiet_urllib3, redact
+
+if TYPE_CHECKING:
+    import requests
 
 GiB = 1024**3
 # Distribution's codes for "this repository is readable and has no such thing".
@@ -274,6 +276,9 @@ class HttpRegistry(Registry):
 
     def _http(self) -> requests.Session:
         if self._session is None:
+            import requests
+
+            quiet_urllib3()
             session = requests.Session()
             # A registry on this machine must not go through a proxy (or pick up ~/.netrc).
             session.trust_env = not is_loopback(self.host)
@@ -338,6 +343,8 @@ class HttpRegistry(Registry):
             return resp
 
     def _request(self, method: str, url: str, where: str, **kwargs: Any) -> requests.Response:
+        import requests
+
         try:
             return self._http().request(method, url, timeout=self.timeout_s, **kwargs)
         except requests.Timeout:

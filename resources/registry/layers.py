@@ -21,20 +21,19 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import gzip
 import hashlib
 import io
 import posixpath
 import re
-import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
-
-import zstandard
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from resources.registry.refs import CHUNK, Descriptor, RegistryError
+
+if TYPE_CHECKING:
+    import tarfile
 
 MAX_SYMLINK_HOPS = 8
 GZIP_MAGIC = b"\x1f\x8b"
@@ -42,7 +41,15 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # tarfile's stream mode refills in bufsize reads: small enough that a file near the start of a big
 # layer costs little, big enough that a GiB layer is not a million Python calls.
 _TAR_BUFSIZE = 64 * 1024
-_DECODE_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError)
+
+
+def _decode_errors() -> tuple[type[BaseException], ...]:
+    """What a broken layer stream raises. tarfile and zstandard load with the first scan, not with a location."""
+    import tarfile
+
+    import zstandard
+
+    return (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError)
 
 
 # -- what the scan is asked, and what it answers ---------------------------------------------------
@@ -507,7 +514,7 @@ class _Checked(io.RawIOBase):
         try:
             while self.readinto(buffer):
                 pass
-        except _DECODE_ERRORS as exc:
+        except _decode_errors() as exc:
             raise RegistryError(f"{self._where}: layer blob broke off after {self.count} bytes ({exc})") from None
         size, digest = self._layer.size, self._layer.digest
         got = f"{digest.partition(':')[0]}:{self._hash.hexdigest()}"
@@ -528,6 +535,11 @@ def decoded_tar(raw: io.RawIOBase, where: str) -> Iterator[tarfile.TarFile | Non
     """A streaming tar reader over a layer blob (None for an empty blob). gzip (one member or many,
     as eStargz writes), zstd or plain is told by the first bytes, not by the media type, which
     builders get wrong."""
+    import gzip
+    import tarfile
+
+    import zstandard
+
     buffered = io.BufferedReader(raw, buffer_size=64 * 1024)
     magic = buffered.peek(4)[:4]
     if not magic:
@@ -543,11 +555,11 @@ def decoded_tar(raw: io.RawIOBase, where: str) -> Iterator[tarfile.TarFile | Non
         decoded = buffered  # type: ignore[assignment]
     try:
         tar = tarfile.open(fileobj=decoded, mode="r|", bufsize=_TAR_BUFSIZE)
-    except _DECODE_ERRORS as exc:
+    except _decode_errors() as exc:
         raise RegistryError(f"{where}: layer is neither a gzip, zstd nor plain tar stream ({exc})") from None
     try:
         yield tar
-    except _DECODE_ERRORS as exc:
+    except _decode_errors() as exc:
         raise RegistryError(f"{where}: layer tar is truncated or corrupt ({exc})") from None
     finally:
         tar.close()

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -63,7 +64,7 @@ def is_digest(reference: str) -> bool:
     return bool(_DIGEST_RE.match(reference))
 
 
-class ImageRef(BaseModel):
+class ImageRef(Model):
     """``host[:port]/name[:tag]`` or ``host[:port]/name@sha256:...``."""
 
     registry: str
@@ -106,7 +107,7 @@ class ImageRef(BaseModel):
         return out
 
 
-class Descriptor(BaseModel):
+class Descriptor(Model):
     media_type: str
     digest: str
     size: int
@@ -114,7 +115,7 @@ class Descriptor(BaseModel):
     artifact_type: str = ""  # OCI 1.1: what an artifact manifest (a referrer) is, e.g. an in-toto statement
 
 
-class Manifest(BaseModel):
+class Manifest(Model):
     """One image manifest (never an index), with the exact bytes the registry holds."""
 
     digest: str
@@ -124,7 +125,7 @@ class Manifest(BaseModel):
     layers: list[Descriptor]
 
 
-class FileRead(BaseModel):
+class FileRead(Model):
     """A file read out of an image's layers, and what it cost."""
 
     path: str

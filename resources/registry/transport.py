@@ -16,18 +16,25 @@ import re
 import time
 from collections.abc import Callable
 from datetime import timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import requests
-import urllib3
-
 from resources.registry.refs import RegistryError
+
+if TYPE_CHECKING:
+    import requests
 
 # 429 and the 5xx a proxy or an overloaded registry answers; 501 and 505 will not change on a retry.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 READS = frozenset({"GET", "HEAD"})
-_BROKEN = (urllib3.exceptions.HTTPError, requests.RequestException, OSError)
+
+
+def _broken() -> tuple[type[BaseException], ...]:
+    """What a body that broke off raises (requests is loaded by the first request, not with a location)."""
+    import requests
+    import urllib3
+
+    return (urllib3.exceptions.HTTPError, requests.RequestException, OSError)
 
 
 def backoff_sleep(seconds: float) -> None:
@@ -98,7 +105,7 @@ class RetryBudget:
 
 
 # Opens the body again from a byte offset: (offset, budget) -> a response whose body starts there.
-Reopen = Callable[[int, RetryBudget], requests.Response]
+Reopen = Callable[[int, RetryBudget], "requests.Response"]
 
 
 class ResumableBody(io.RawIOBase):
@@ -120,7 +127,7 @@ class ResumableBody(io.RawIOBase):
         while True:
             try:
                 n = self._resp.raw.readinto(buffer)
-            except _BROKEN as exc:
+            except _broken() as exc:
                 self._resume(exc)
                 continue
             self.offset += n

@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import json
 import shlex
-import tarfile
 import threading
 import time
 import uuid
@@ -359,6 +358,8 @@ class SparkNodes(dg.ConfigurableResource):
         SparkError names the first differing path. `remote_dir` is created if missing; files
         already there that the tree does not have count as differences (use a fresh directory).
         """
+        import tarfile
+
         local = Path(local_dir)
         if not local.is_dir():
             raise SparkError(f"put_tree: {local} is not a directory", node=node)

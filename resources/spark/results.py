@@ -6,9 +6,10 @@ import shlex
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from resources.errors import LockstepError
+from resources.model import Model as BaseModel  # builds its validator when first used
 
 # ---- errors --------------------------------------------------------------------------------------
 

@@ -20,13 +20,14 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import paramiko
+from typing import TYPE_CHECKING, Any
 
 from resources.secrets import redact, secret_values
 from resources.site import SparkNode
 from resources.spark.results import ConnectionLost, HostKeyRefused, SparkError, Unreachable
+
+if TYPE_CHECKING:
+    import paramiko
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -87,6 +88,8 @@ class TransportSettings:
 
     def pkey(self) -> paramiko.PKey | None:
         """The private key, decrypted once (the passphrase itself is not kept)."""
+        import paramiko
+
         if not self.key_path:
             return None
         if self._key:
@@ -187,6 +190,8 @@ class _SshStream(_Stream):
         self.owned = owned  # a connection opened for this stream alone, closed with it
 
     def write(self, data: bytes | memoryview) -> None:
+        import paramiko
+
         view = memoryview(data)
         sent = 0
         try:
@@ -201,10 +206,14 @@ class _SshStream(_Stream):
             raise _Closed() from exc
 
     def close_stdin(self) -> None:
+        import paramiko
+
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self.chan.shutdown_write()
 
     def read(self, n: int) -> bytes:
+        import paramiko
+
         try:
             return self.chan.recv(n)
         except socket.timeout:
@@ -213,6 +222,8 @@ class _SshStream(_Stream):
             return b""  # the end of this stream; `wait` tells a lost connection from an exit
 
     def read_stderr(self, n: int) -> bytes:
+        import paramiko
+
         try:
             return self.chan.recv_stderr(n)
         except socket.timeout:
@@ -405,21 +416,9 @@ class _LocalTransport(_Transport):
         return _LocalStream(proc, timeout_s)
 
 
-class _RefuseUnknownHost(paramiko.RejectPolicy):
-    """RejectPolicy that keeps the offered key, so the error can show its fingerprint."""
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise _UnknownHost(hostname, key)
-
-
-class _UnknownHost(paramiko.SSHException):
-    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
-        super().__init__(f"{hostname} not found in known_hosts")
-        self.hostname = hostname
-        self.key = key
-
-
 def _transport_factory(sock: socket.socket, **kwargs: Any) -> paramiko.Transport:
+    import paramiko
+
     transport = paramiko.Transport(sock, **kwargs)
     options = transport.get_security_options()
     offered = list(options.ciphers)
@@ -450,6 +449,10 @@ class _SshTransport(_Transport):
 
     def connect(self) -> paramiko.SSHClient:
         """A new authenticated connection (host key checked first: on a refusal nothing runs)."""
+        import paramiko
+
+        from resources.spark.host_keys import _RefuseUnknownHost, _UnknownHost
+
         known_hosts = Path(self.settings.known_hosts).expanduser()
         if not known_hosts.is_file():
             raise self._error(
@@ -542,6 +545,8 @@ class _SshTransport(_Transport):
             client.close()
 
     def open(self, script: str, *, timeout_s: float | None, bulk: bool = False) -> _Stream:
+        import paramiko
+
         # Bulk streams get their own connection: they never queue behind (or stall) the control one.
         client = self.connect() if bulk else self._cached()
         transport = client.get_transport()
