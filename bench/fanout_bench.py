@@ -160,6 +160,9 @@ def main() -> None:
         o, m = sorted(r[0] for r in ref)[len(ref) // 2], sorted(r[1] for r in ref)[len(ref) // 2]
         print(f"reference, OpenSSH client + tee, no lockstep: 1 dst {o:.2f} s, {args.dsts} dsts {m:.2f} s, "
               f"ratio {m / o:.2f}; all ratios: " + ", ".join(f"{b / a:.2f}" for a, b in ref))
+    floor = f"; OpenSSH + tee here: {m / o:.2f}" if ref else ""
+    print(f"RATIO fan-out to {args.dsts} over loopback ssh: seconds / seconds to 1: {many.seconds / one.seconds:.2f} "
+          f"(goal < 1.4{floor})")
 
 
 if __name__ == "__main__":
