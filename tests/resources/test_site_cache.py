@@ -14,18 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from resources.errors import FileFormatError
 from resources.site import load_site
 from resources.site_cache import SiteCache
-
-GOOD = """\
-[site]
-name = "test"
-
-[tpu]
-harbor_repo = "https://github.com/marin-community/harbor.git"
-harbor_branch = "penfever/working"
-consumer_repo = "https://github.com/open-thoughts/OpenThoughts-Agent.git"
-consumer_branch = "penfever/working"
-image = "ghcr.io/open-thoughts/openthoughts-agent"
-"""
+from tests.resources.test_site import GOOD  # the minimal valid site every site test starts from
 
 
 @pytest.fixture
