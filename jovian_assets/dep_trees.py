@@ -21,7 +21,7 @@ from jovian_assets.inputs import check_utf8, path_under
 from jovian_assets.models import DepTree, Finding
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes
-from resources.model import Model as BaseModel  # builds its validator when first used
+from resources.model import Model
 from resources.names import KNOWN_SCHEMES, NameRefused, check_relative_path, check_url
 
 GITLINKS_POPULATED = "gitlinks_populated"
@@ -31,7 +31,7 @@ _BAD_LINE = re.compile(r"bad config line (\d+)")
 _HEADER = re.compile(r'^\s*\[\s*submodule\s+"((?:[^"\\]|\\.)*)"\s*\]', re.I)
 
 
-class Submodule(BaseModel):
+class Submodule(Model):
     """One `[submodule "name"]` of a .gitmodules: its path in the tree and its url as written."""
 
     name: str
@@ -133,7 +133,7 @@ def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodul
     return urls
 
 
-class CacheUse(BaseModel):
+class CacheUse(Model):
     """What one dependency took from the shared cache, over every mirror it used (its own and its
     gitlinks', which may be another dependency's): bytes fetched, and what each held before."""
 

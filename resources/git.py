@@ -32,7 +32,7 @@ import dagster as dg
 from pydantic import Field
 
 from resources.errors import LockstepError
-from resources.model import Model as BaseModel  # builds its validator when first used
+from resources.model import Model
 from resources.names import (
     DEFAULT_SCHEMES,
     KNOWN_SCHEMES,
@@ -76,7 +76,7 @@ class NonFastForward(GitError):
     """A push would not be a fast-forward of the remote branch; nothing was pushed."""
 
 
-class CommitInfo(BaseModel):
+class CommitInfo(Model):
     sha: str
     tree: str
     author: str
@@ -85,7 +85,7 @@ class CommitInfo(BaseModel):
     parents: list[str] = Field(default_factory=list)
 
 
-class Worktree(BaseModel):
+class Worktree(Model):
     """A temporary checkout of one branch; `base_sha` is the remote tip it was cloned at."""
 
     path: Path

@@ -27,7 +27,7 @@ from resources.alerts import (
 )
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.model import Model as BaseModel  # builds its validator when first used
+from resources.model import Model
 from resources.secrets import redact
 from resources.site import SiteConfig, SiteResource
 from resources.site_alerts import AlertsSection, Webhook
@@ -42,7 +42,7 @@ LAB_SENSOR_PAGE = "locations/jovian/sensors/lab_rev_sensor"
 
 
 
-class AlertCursor(BaseModel):
+class AlertCursor(Model):
     after: int = 0                                           # storage id of the last event handled
     sent: list[str] = Field(default_factory=list)           # '<alert #>:<webhook>' that took the next event
     failed_ticks: int = 0                                    # ticks that event has been refused on

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from resources.errors import LockstepError
-from resources.model import Model as BaseModel  # builds its validator when first used
+from resources.model import Model
 
 # ---- errors --------------------------------------------------------------------------------------
 
@@ -57,7 +57,7 @@ def _short(argv: list[str], limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class RunResult(BaseModel):
+class RunResult(Model):
     """One command run to its end on a node."""
 
     node: str
@@ -106,7 +106,7 @@ class RunResult(BaseModel):
         raise SparkError(self.describe() + (f"\n{tail}" if tail else ""), node=self.node, where=self.where)
 
 
-class DetachedHandle(BaseModel):
+class DetachedHandle(Model):
     """A command started with `start_detached`: what `poll` and `tail` need to follow it."""
 
     node: str
@@ -117,14 +117,14 @@ class DetachedHandle(BaseModel):
     tag: str = Field(description="A token in the detached shell's command line: tells our pid from a recycled one.")
 
 
-class DetachedState(BaseModel):
+class DetachedState(Model):
     """What a detached command is doing now: from its pid and exit file, never from its log."""
 
     state: Literal["running", "exited", "vanished"]
     exit_code: int | None = None
 
 
-class PutResult(BaseModel):
+class PutResult(Model):
     """A tree copied with `put_tree` and verified file by file."""
 
     node: str
@@ -135,7 +135,7 @@ class PutResult(BaseModel):
     duration_s: float
 
 
-class PipeEnd(BaseModel):
+class PipeEnd(Model):
     """One side of a `pipe`: a node, what it was sent (or produced), how it exited."""
 
     node: str
@@ -151,7 +151,7 @@ class PipeEnd(BaseModel):
         return self.exit_code == 0 and self.error is None
 
 
-class PipeResult(BaseModel):
+class PipeResult(Model):
     """One producer's stdout streamed into every destination's stdin."""
 
     src: PipeEnd
