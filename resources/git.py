@@ -138,30 +138,29 @@ class GitRemotes(dg.ConfigurableResource):
         import git
 
         cmd = git.cmd.Git(str(cwd) if cwd else None)
-        allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
         try:
             return cmd.execute(
                 ["git", "-c", "protocol.ext.allow=never", *args],
                 kill_after_timeout=self.timeout_s,
-                env={**os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed},
+                env=self._env(),
                 strip_newline_in_stdout=True,
             )
         except git.GitCommandError as exc:
-            stderr = redact(str(exc.stderr or "").strip())
-            shown = redact(" ".join(args))
-            if url is not None and _looks_unreachable(stderr):
-                raise RemoteUnreachable(f"cannot reach {redact(url)}: {stderr}") from None
-            raise GitError(f"git {shown} failed (exit {exc.status}): {stderr}") from None
+            raise _failed(args, exc.status, str(exc.stderr or ""), url) from None
+
+    def _env(self) -> dict[str, str]:
+        """git's environment: no prompts or user config, and only the transports the site allows."""
+        allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
+        return {**os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed}
 
     def _ls_remote(self, args: Sequence[str], url: str) -> str:
         """``git ls-remote <args>``: what every sensor tick runs, so a plain subprocess, not GitPython
         (whose timeout is a watchdog thread started per call), with the same environment and errors."""
-        allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
         # Its own session, so a timeout kills the transport git started (ssh) along with git.
         proc = subprocess.Popen(
             [_git_binary(), "-c", "protocol.ext.allow=never", "ls-remote", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            env={**os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed},
+            env=self._env(),
         )
         try:
             out, err = proc.communicate(timeout=self.timeout_s)
@@ -173,10 +172,7 @@ class GitRemotes(dg.ConfigurableResource):
                 f"cannot reach {redact(url)}: timeout: git ls-remote did not complete in {self.timeout_s:g} secs"
             ) from None
         if proc.returncode:
-            stderr = redact(err.decode(errors="replace").strip())
-            if _looks_unreachable(stderr):
-                raise RemoteUnreachable(f"cannot reach {redact(url)}: {stderr}")
-            raise GitError(f"git {redact(' '.join(['ls-remote', *args]))} failed (exit {proc.returncode}): {stderr}")
+            raise _failed(["ls-remote", *args], proc.returncode, err.decode(errors="replace"), url)
         return out.decode(errors="surrogateescape")
 
     @contextlib.contextmanager
@@ -488,6 +484,15 @@ class GitRemotes(dg.ConfigurableResource):
                 f"pushed {head[:8]} to {worktree.branch} but the remote now says {(after or 'nothing')[:8]}"
             )
         return head
+
+
+def _failed(args: Sequence[str], status: object, stderr: str, url: str | None) -> GitError:
+    """The error for a git command that failed: RemoteUnreachable when it was the remote (`url`) that
+    could not be reached, else GitError naming the command; both redacted."""
+    stderr = redact(stderr.strip())
+    if url is not None and _looks_unreachable(stderr):
+        return RemoteUnreachable(f"cannot reach {redact(url)}: {stderr}")
+    return GitError(f"git {redact(' '.join(args))} failed (exit {status}): {stderr}")
 
 
 @functools.cache
