@@ -1,12 +1,15 @@
-"""The rev-adoption assets, all partitioned by `lab_revs`: lock -> fork cut -> profile -> dep table -> dep trees."""
+"""The rev-adoption assets, all partitioned by `lab_revs`: lock -> fork cut -> profile -> dep table -> dep trees.
+
+The cmake parser (`dep_table`), the GB10 rules (`gb10`), the profile writer and the tree fetcher are
+imported by the bodies that use them: every process that loads the location (code server, run worker,
+sensor tick) pays for what it imports, and only a run of these assets needs them (docs/PERFORMANCE.md,
+code-location load).
+"""
 
 from pathlib import Path
 
 import dagster as dg
 
-from jovian_assets import dep_table as dt
-from jovian_assets import gb10
-from jovian_assets.dep_trees import GITLINKS_POPULATED, fetch_dep, gitlinks_populated
 from jovian_assets.fork_cut import (
     NEWER_CUT,
     ONE_CUT,
@@ -21,11 +24,17 @@ from jovian_assets.fork_cut import (
     spread_minutes,
 )
 from jovian_assets.inputs import inside, path_under, read_text
-from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees, Finding, ForkCut, HeldPin
+from jovian_assets.models import (
+    AdoptedLock,
+    BuildProfile,
+    DepRow,
+    DepTrees,
+    Finding,
+    ForkCut,
+    HeldPin,
+)
 from jovian_assets.partitions import lab_revs
-from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement, render_profile
 from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
-from resources.changelog import changelog_metadata
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
@@ -46,6 +55,7 @@ CUDA_PINS_GATED = "cuda_pins_gated"
 CMAKE_PINS_RESOLVED = "cmake_pins_resolved"
 RECIPES_NO_SCATTERED_PINS = "recipes_no_scattered_pins"
 GB10_DEVIATIONS_CURRENT = "gb10_deviations_current"
+GITLINKS_POPULATED = "gitlinks_populated"
 
 
 class AdoptionRefused(LockstepError):
@@ -141,6 +151,7 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
     ),
 )
 def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
+    from resources.changelog import changelog_metadata
     jovian = _jovian(site)
     lock = source_lock.lock
     missing = [p for p in jovian.packages if p not in lock.packages]
@@ -214,6 +225,8 @@ def _holds_table(held: list[HeldPin]) -> dg.MetadataValue:
 )
 def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
                   fork_cut: ForkCut):
+    from jovian_assets import gb10
+    from jovian_assets.profile import parse_env, plan_profile, render_profile
     jovian = _jovian(site)
     author = site.config().site.commit_author
     rev = rev_of(context)
@@ -295,6 +308,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
     ),
 )
 def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
+    from jovian_assets import dep_table as dt
     jovian = _jovian(site)
     pkg = source_lock.lock.packages[jovian.cmake_package]
     with git.checkout(url=pkg.repository, sha=pkg.commit) as tree:
@@ -329,6 +343,7 @@ def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRem
 
 def _recipe_finding(root: Path, rel: str) -> Finding | None:
     """Where a recipe puts build_profile; a recipe that cannot be read fails the check naming file:line."""
+    from jovian_assets.profile import recipe_profile_placement
     try:
         return recipe_profile_placement(read_text(root / rel, rel), rel)
     except FileFormatError as exc:
@@ -336,19 +351,20 @@ def _recipe_finding(root: Path, rel: str) -> Finding | None:
 
 
 def _scattered_finding(root: Path, rel: str, pin_keys: set[str]) -> Finding | None:
+    from jovian_assets import gb10
     try:
         return gb10.recipe_pin_overrides(read_text(root / rel, rel), rel, pin_keys)
     except FileFormatError as exc:
         return Finding(passed=False, description=str(exc))
 
 
-def _previous_rows(context: dg.AssetExecutionContext, exclude: str) -> list[dt.DepRow] | None:
+def _previous_rows(context: dg.AssetExecutionContext, exclude: str) -> list[DepRow] | None:
     """The dep table of the most recent other rev, from this asset's own history."""
     for record in context.instance.fetch_materializations(DEP_TABLE, limit=50).records:
         if record.partition_key != exclude and record.asset_materialization is not None:
             rows = record.asset_materialization.metadata.get("rows_json")
             if rows is not None:
-                return [dt.DepRow(name=r["name"], repository=r["repository"], tag=r["tag"], submodules=r["submodules"],
+                return [DepRow(name=r["name"], repository=r["repository"], tag=r["tag"], submodules=r["submodules"],
                                   condition=r["condition"], file="", line=0) for r in rows.value]  # type: ignore[union-attr]
     return None
 
@@ -377,12 +393,14 @@ def _diff_md(diff: object) -> str:
         "(submodules and vendored trees) populated recursively at the commits the parent tree records."
     ),
 )
-def dep_trees(context: dg.AssetExecutionContext, git: GitRemotes, dep_table: list[dt.DepRow]):
+def dep_trees(context: dg.AssetExecutionContext, git: GitRemotes, dep_table: list[DepRow]):
+    from jovian_assets.dep_table import is_cuda_path
+    from jovian_assets.dep_trees import fetch_dep, gitlinks_populated
     rev = rev_of(context)
     root = path_under(git.trees_dir(), "jovian", rev, "deps")
     trees = []
     for row in dep_table:
-        if not dt.is_cuda_path(row) or not row.repository or not row.tag or row.unresolved:
+        if not is_cuda_path(row) or not row.repository or not row.tag or row.unresolved:
             continue
         dest = path_under(root, row.name, kind=f"cmake dependency name ({row.file}:{row.line})")
         trees.append(fetch_dep(git, name=row.name, repository=row.repository, tag=row.tag, dest=dest))

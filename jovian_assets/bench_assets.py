@@ -11,7 +11,7 @@ import dagster as dg
 
 from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
 from jovian_assets.inputs import inside, read_text
-from jovian_assets.lane import LANE_SERVING, restore_previous
+from jovian_assets.keys import LANE_SERVING
 from jovian_assets.models import Finding, LaneServing
 from jovian_assets.node_build import NodeBuildFailed
 from jovian_assets.partitions import lab_revs
@@ -156,6 +156,7 @@ def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: 
                   serving: LaneServing, verdict: "GateVerdict") -> str:
     """The lane goes back to the image it served before this rev (jovian_assets/lane.py records it in
     the lane's history); what it serves now, for the gate's description."""
+    from jovian_assets.lane import restore_previous
     back = restore_previous(context, spark, config, serving,
                             reason=f"{serving.rev} failed {QUALITY_GATE}: {verdict.description}"[:500])
     return "nothing (it served nothing before)" if back is None else f"{back.tag} ({back.image_id})"

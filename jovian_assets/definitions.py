@@ -18,7 +18,7 @@ from jovian_assets.adoption_assets import (
     source_lock,
 )
 from jovian_assets.bench_assets import BENCH, bench_report
-from jovian_assets.lane import LANE_SERVING
+from jovian_assets.keys import LANE_SERVING
 from jovian_assets.lane_assets import lane, lane_serving
 from jovian_assets.node_assets import (
     DISTRIBUTED,

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from jovian_assets.cmake_syntax import Arg, Command, commands, condition_on_cuda, condition_tokens
 from jovian_assets.inputs import check_utf8, read_text
-from jovian_assets.models import Finding
+from jovian_assets.models import DepRow, Finding
 from resources.errors import FileFormatError
 from resources.model import Model
 from resources.names import (
@@ -38,21 +38,6 @@ from resources.names import (
 )
 
 EXTERNAL_PROJECTS = "cmake/external_projects"
-
-
-class DepRow(Model):
-    """One GIT_REPOSITORY/GIT_TAG pin declared by the tree, under one condition."""
-
-    name: str
-    repository: str | None = None
-    tag: str | None = None
-    submodules: list[str] = Field(default_factory=list)  # GIT_SUBMODULES: the gitlinks that must be populated
-    condition: str | None = None  # enclosing if()/elseif()/else() conditions joined with ' AND '; None at top level
-    file: str  # relative to the tree root
-    line: int  # line of the FetchContent_Declare / FetchContent_Populate
-    source_dir_override: str | None = None  # `$ENV{X_SRC_DIR}` or `X_SRC_DIR`: replaces the download when set
-    unresolved: list[str] = Field(default_factory=list)  # variables left as ${...} in repository/tag/submodules
-    kind: Literal["declare", "populate"] = "declare"
 
 
 class Gate(Model):

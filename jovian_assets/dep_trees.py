@@ -24,7 +24,6 @@ from resources.git import SHA_RE, GitRemotes
 from resources.model import Model
 from resources.names import KNOWN_SCHEMES, NameRefused, check_relative_path, check_url
 
-GITLINKS_POPULATED = "gitlinks_populated"
 MAX_DEPTH = 4
 _GIT_CONFIG_TIMEOUT_S = 30.0
 _BAD_LINE = re.compile(r"bad config line (\d+)")

@@ -12,6 +12,7 @@ they do (r28: vLLM advanced while b12x and LMCache had their own cut commits, 21
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from jovian_assets.models import (
     AdoptedLock,
@@ -24,11 +25,13 @@ from jovian_assets.models import (
 )
 from jovian_assets.revs import find_rev_lock, lab_locks
 from jovian_assets.source_lock import LockedPackage
-from resources.changelog import CommitRange, commit_range
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site_jovian import JovianSection, rev_order
+
+if TYPE_CHECKING:
+    from resources.changelog import CommitRange
 
 TREES_MATCH = "trees_match"
 PINS_REACHABLE = "pins_reachable"
@@ -104,6 +107,7 @@ def collect_commits_after(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -
 def fork_changelogs(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -> list[CommitRange]:
     """Per fork, the commits between the previous rev's pin and this rev's: what adopting the rev adds
     (and removes, for a pin moved back or a rewritten branch). A fork new in this rev has nothing to compare."""
+    from resources.changelog import commit_range
     return [commit_range(git, repo=p.name, url=urls[p.name], base=p.previous_commit, target=p.commit)
             for p in cut.packages]
 

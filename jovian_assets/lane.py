@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 import dagster as dg
 from pydantic import ConfigDict, Field, ValidationError
 
+from jovian_assets.keys import LANE
 from jovian_assets.models import LaneServing, ServedImage
 from resources.errors import LockstepError
 from resources.model import Model
@@ -42,8 +43,6 @@ from resources.site_jovian import LaneSection
 from resources.site_rules import check_local_image_tag
 from resources.spark import SparkNodes
 
-LANE = dg.AssetKey(["jovian", "lane"])
-LANE_SERVING = dg.AssetKey(["jovian", "lane_serving"])
 REV_LABEL = "lockstep.rev"
 TAG_LABEL = "lockstep.tag"
 ENDPOINT = "endpoint"  # the last readiness mark: /v1/models lists the served model

@@ -1,10 +1,12 @@
 """`jovian/lane_serving`: the rev booted on the lane before it is benched; `jovian/lane`: what the
-lane served after every boot and restore (its materializations are the lane's serving history)."""
+lane served after every boot and restore (its materializations are the lane's serving history).
+
+The lane code (jovian_assets.lane) loads with the first run that boots, not with the location."""
 
 import dagster as dg
 
 from jovian_assets.adoption_assets import _jovian, _table, rev_of
-from jovian_assets.lane import ENDPOINT, LANE, LANE_SERVING, LaneBootFailed, boot_rev
+from jovian_assets.keys import LANE, LANE_SERVING
 from jovian_assets.models import LaneServing
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
@@ -45,6 +47,7 @@ lane = dg.AssetSpec(
 )
 def lane_serving(context: dg.AssetExecutionContext, site: SiteResource, spark: SparkNodes,
                  distributed_image: Distribution) -> dg.Output[LaneServing]:
+    from jovian_assets.lane import LaneBootFailed, boot_rev
     config = site.config()
     section = _jovian(site).lane
     if section is None:
@@ -56,6 +59,7 @@ def lane_serving(context: dg.AssetExecutionContext, site: SiteResource, spark: S
 
 def serving_metadata(serving: LaneServing) -> dict[str, dg.MetadataValue]:
     """What the UI shows on the asset: readiness, warm or cold, the image ID actually serving."""
+    from jovian_assets.lane import ENDPOINT
     previous = serving.previous
     return {
         "served_image_id": dg.MetadataValue.text(serving.image_id),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -92,6 +93,21 @@ class BuildProfile(Model):
     unknown_keys: list[str]
     build_commit: str
     pushed: bool
+
+
+class DepRow(Model):
+    """One GIT_REPOSITORY/GIT_TAG pin declared by the tree, under one condition."""
+
+    name: str
+    repository: str | None = None
+    tag: str | None = None
+    submodules: list[str] = Field(default_factory=list)  # GIT_SUBMODULES: the gitlinks that must be populated
+    condition: str | None = None  # enclosing if()/elseif()/else() conditions joined with ' AND '; None at top level
+    file: str  # relative to the tree root
+    line: int  # line of the FetchContent_Declare / FetchContent_Populate
+    source_dir_override: str | None = None  # `$ENV{X_SRC_DIR}` or `X_SRC_DIR`: replaces the download when set
+    unresolved: list[str] = Field(default_factory=list)  # variables left as ${...} in repository/tag/submodules
+    kind: Literal["declare", "populate"] = "declare"
 
 
 class DepTree(Model):

@@ -35,7 +35,6 @@ from pydantic import Field, model_validator
 
 from resources.errors import LockstepError
 from resources.iris_output import (
-    IRIS_NAME,
     TERMINAL,
     IrisError,
     IrisUnreadable,
@@ -49,6 +48,7 @@ from resources.iris_output import (
     parse_state_output,
 )
 from resources.model import Model
+from resources.names import IRIS_NAME
 from resources.secrets import MASK, redact, redact_argv
 
 if TYPE_CHECKING:
@@ -197,8 +197,10 @@ class IrisCli(dg.ConfigurableResource):
     vanish_after: int = Field(
         default=3, ge=1, description="Consecutive 'not found' (or failed) polls after which the wait gives up."
     )
+    # default=[] (pydantic copies it per instance): default_factory=list would have pydantic call
+    # inspect.signature(list), which compiles tokenize's regexes at import (~3 ms per location load).
     redact_env: list[str] = Field(
-        default_factory=list,
+        default=[],
         description="Names of more environment variables whose values are masked in everything this resource says.",
     )
     docker_token_env: str | None = Field(

@@ -131,7 +131,6 @@ class ListedJob(Model):
 
 # -- help screens ----------------------------------------------------------------------------------
 
-IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")  # a user or job name part of /<user>/<name>
 _COMMAND_LINE = re.compile(r"^\s{2}([a-z][a-z0-9-]*)(?:\s{2,}|\s*$)")
 _OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][a-zA-Z0-9-]*)")
 

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 # A rev, a node name, a build-dir part: starts with a letter or digit, at most 64 characters.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")  # a user or job name part of an iris /<user>/<name>
 
 # Transports git may use for any URL lockstep hands it. `ext::` runs a command and `fd::` reads a
 # file descriptor: never. A site narrows this further with `[site] url_schemes`.

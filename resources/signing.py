@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from resources.attest import SigningKey, load_signing_key
-
 if TYPE_CHECKING:
+    from resources.attest import SigningKey
     from resources.site import SiteConfig
 
 
@@ -25,6 +24,7 @@ class AttestSigner(dg.ConfigurableResource):
 
     def signing_key(self) -> SigningKey | None:
         """The key (None without [attest]); AttestError naming the variable when it is unset or not a key."""
+        from resources.attest import load_signing_key
         if not self.key_env:
             return None
         value = self.key if self.key is not None else os.environ.get(self.key_env, "")

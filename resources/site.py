@@ -27,9 +27,9 @@ from pydantic import (
 )
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
-from resources.iris_output import IRIS_NAME
 from resources.names import (
     DEFAULT_SCHEMES,
+    IRIS_NAME,
     KNOWN_SCHEMES,
     NameRefused,
     check_url,

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from resources.attest import AttestError, TrustedKey, load_public_key
 from resources.errors import FileFormatError
 from resources.site_fields import Table
 from resources.tomlfile import key_line
 
+# The key parsers (resources.attest, and cryptography behind it) load when a site names a trusted key.
 if TYPE_CHECKING:
+    from resources.attest import TrustedKey
     from resources.site import SiteConfig
 
 _PEM = "-----BEGIN"
@@ -39,6 +40,7 @@ class AttestSection(Table):
     @field_validator("trusted_keys")
     @classmethod
     def _keys(cls, value: list[str]) -> list[str]:
+        from resources.attest import AttestError, load_public_key
         for n, entry in enumerate(value, start=1):
             text = entry.strip()
             if not text:
@@ -55,6 +57,7 @@ class AttestSection(Table):
 
 def trusted_keys(site: SiteConfig) -> list[TrustedKey]:
     """The keys `[attest] trusted_keys` names, read and checked; FileFormatError names the site file's line."""
+    from resources.attest import AttestError, load_public_key
     assert site.attest is not None
     keys = []
     for n, entry in enumerate(site.attest.trusted_keys, start=1):
@@ -72,6 +75,7 @@ def trusted_keys(site: SiteConfig) -> list[TrustedKey]:
 
 
 def _read_key_file(path: Path) -> bytes:
+    from resources.attest import AttestError
     try:
         if not path.is_file():
             raise AttestError(f"{path} is not a file (a public key PEM, e.g. cosign.pub)")

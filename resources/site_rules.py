@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from resources.names import NameRefused
-from resources.registry.refs import ImageRef, RegistryError, check_repository, check_tag
+
+# The OCI reference rules (resources.registry.refs) load when a site names an image, not with the location.
 
 
 class KeyRefused(ValueError):
@@ -74,6 +75,7 @@ def check_env_key(kind: str, value: object) -> str:
 
 def check_image_repository(kind: str, value: str) -> str:
     """`host[:port]/name`: where the pushes go. A tag or digest here would be a second floating tag."""
+    from resources.registry.refs import ImageRef, RegistryError
     try:
         ref = ImageRef.parse(value)
     except RegistryError as exc:
@@ -86,6 +88,7 @@ def check_image_repository(kind: str, value: str) -> str:
 
 
 def check_oci_tag(kind: str, value: str) -> str:
+    from resources.registry.refs import RegistryError, check_tag
     try:
         check_tag(value)
     except RegistryError:
@@ -98,6 +101,7 @@ def check_oci_tag(kind: str, value: str) -> str:
 def check_local_image_tag(kind: str, value: str, shown: str | None = None) -> str:
     """A `docker build -t` name: `[host[:port]/]name[:tag]`, as docker's reference grammar reads it.
     `shown`: what the message calls the value (the template a person wrote, not its rendering)."""
+    from resources.registry.refs import RegistryError, check_repository, check_tag
     said = f"{kind} {shown or repr(value)}"
     name, _, tag = value.rpartition(":") if ":" in value.rsplit("/", 1)[-1] else (value, "", "")
     first, _, rest = name.partition("/")

@@ -26,9 +26,16 @@ LAZY = (
     "packaging.requirements", "packaging.utils",  # GB10 pins (dagster itself imports packaging.version)
     "kubernetes", "jsonschema", "securesystemslib",  # never needed to load
     # lockstep's own, loaded by the first call that needs them: the registry backends (chosen by the site
-    # file) and the bench tools' parsers
+    # file), the layer walker, and the domain code only a run of its assets uses (the build, the
+    # inspection, attestation and changelogs, the cmake parser, the GB10 rules, the lane, the bench tools)
     "resources.registry.http", "resources.registry.layout", "resources.registry.transport",
-    "resources.spark.host_keys", "jovian_assets.bench_tools",
+    "resources.registry.layers", "resources.registry.referrers", "resources.spark.host_keys",
+    "resources.changelog", "resources.kaniko", "resources.attest",
+    "tpu_assets.build", "tpu_assets.build_script", "tpu_assets.inspection", "tpu_assets.verify",
+    "tpu_assets.attestation", "tpu_assets.provenance", "tpu_assets.changelog",
+    "jovian_assets.dep_table", "jovian_assets.cmake_syntax", "jovian_assets.gb10", "jovian_assets.lane",
+    "jovian_assets.dep_trees", "jovian_assets.profile",
+    "jovian_assets.bench_tools",
 )
 
 # dagster's own import runs `file -b python` (its vendored croniter asks platform.architecture()): the

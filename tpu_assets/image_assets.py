@@ -1,4 +1,9 @@
-"""`tpu/image`, `tpu/smoke`, `tpu/verified_image`: build pinned-first, verify installed files, smoke live."""
+"""`tpu/image`, `tpu/smoke`, `tpu/verified_image`: build pinned-first, verify installed files, smoke live.
+
+The build, inspection and attestation code is imported by the bodies that run it: every process that
+loads the location (code server, run worker, sensor tick) pays for what it imports, and only these
+assets' runs need it (docs/PERFORMANCE.md, code-location load).
+"""
 
 import contextlib
 import time
@@ -12,14 +17,18 @@ from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
 from resources.signing import AttestSigner
 from resources.site import SiteResource
-from tpu_assets.attestation import UNSIGNED, attest
-from tpu_assets.build import BuildFailed, build_image, finish_job
 from tpu_assets.history import VERIFIED_IMAGE
-from tpu_assets.inspection import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, verify_image
 from tpu_assets.lock_assets import HARBOR_LOCK
-from tpu_assets.models import BuiltImage, Finding, SmokeResult, VerifiedImage
+from tpu_assets.models import (
+    CHECK_INSTALLED,
+    CHECK_LAYERS,
+    CHECK_PROBES,
+    BuiltImage,
+    Finding,
+    SmokeResult,
+    VerifiedImage,
+)
 from tpu_assets.partitions import tpu_builds
-from tpu_assets.provenance import slsa_statement
 
 IMAGE = dg.AssetKey(["tpu", "image"])
 SMOKE = dg.AssetKey(["tpu", "smoke"])
@@ -46,6 +55,7 @@ IMAGE_CHECKS = [
 @contextlib.contextmanager
 def failures_shown() -> Iterator[None]:
     """A BuildFailed becomes a dg.Failure: its facts (state, error, log tail) show in the UI's step failure."""
+    from tpu_assets.build import BuildFailed
     try:
         yield
     except BuildFailed as exc:
@@ -81,6 +91,8 @@ IRIS_POOL = "iris_builds"
     ),
 )
 def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, registry: Registry, iris: IrisCli):
+    from tpu_assets.build import build_image
+    from tpu_assets.inspection import verify_image
     config = site.config()
     with failures_shown():
         built = build_image(commit=context.partition_key, site=config, git=git, iris=iris,
@@ -121,6 +133,7 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
 )
 def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, iris: IrisCli,
           image: BuiltImage) -> dg.Output[SmokeResult]:
+    from tpu_assets.build import finish_job
     config = site.config()
     assert config.iris is not None
     spec = JobSpec(name=f"tpu-smoke-{image.gitsha}", task_image=image.pinned_ref, cpu=4, memory="16GB", disk="50GB",
@@ -157,6 +170,10 @@ def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
 )
 def verified_image(context: dg.AssetExecutionContext, site: SiteResource, registry: Registry, attest_signer: AttestSigner,
                    image: BuiltImage, smoke: SmokeResult) -> dg.Output[VerifiedImage]:
+    from tpu_assets.attestation import UNSIGNED, attest
+    from tpu_assets.build import BuildFailed
+    from tpu_assets.inspection import verify_image
+    from tpu_assets.provenance import slsa_statement
     config = site.config()
     tpu = config.tpu
     findings = verify_image(registry, built=image, tpu=tpu, repository=ImageRef.parse(tpu.image).repository)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from resources.registry import FileRead, GlobQuery, ImageScan, Registry
 from resources.site import Probe, TpuSection
-from tpu_assets.models import BuiltImage, Finding
+from tpu_assets.models import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, BuiltImage, Finding
 from tpu_assets.verify import (
     InstalledDist,
     installed_matches_lock,
@@ -16,10 +16,6 @@ from tpu_assets.verify import (
     parse_installed,
     run_probe,
 )
-
-CHECK_INSTALLED = "installed_harbor_matches_lock"
-CHECK_PROBES = "file_probes"
-CHECK_LAYERS = "layers_pullable"
 
 
 def _under(site_packages: str, path: str) -> str:

@@ -3,7 +3,8 @@
 Promote moves the tag to a verified build, recording the pre-promote digest (the rollback target).
 Rollback promotes older verified freight chosen by `plan_rollback` and sets a hold; while a hold is
 set nothing promotes until a person releases it. The rules are plain functions (promotion.py); the
-log's bookkeeping is tag_log.py; this body holds the lock, asks the registry, and records.
+log's bookkeeping is tag_log.py; this body holds the lock, asks the registry, and records. The attestation,
+changelog and inspection code loads with the first run that needs it, not with the location.
 """
 
 from collections.abc import Iterator
@@ -17,8 +18,6 @@ from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from resources.uv import UvCli, UvLock
-from tpu_assets.attestation import require_attestation
-from tpu_assets.changelog import move_changelog
 from tpu_assets.history import (
     FIRST_PAGE,
     FLOATING_TAG,
@@ -31,7 +30,6 @@ from tpu_assets.history import (
     tag_history,
     verified_history,
 )
-from tpu_assets.inspection import read_installed
 from tpu_assets.promotion import (
     TAG_MOVES_POOL,
     decide_move,
@@ -93,6 +91,8 @@ class FloatingTagConfig(dg.Config):
 )
 def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, site: SiteResource, git: GitRemotes,
                  registry: Registry, uv: UvCli) -> Iterator[dg.MaterializeResult]:
+    from tpu_assets.attestation import require_attestation
+    from tpu_assets.changelog import move_changelog
     cfg = site.config()
     repository, tag, run_id = ImageRef.parse(cfg.tpu.image).repository, cfg.tpu.floating_tag, context.run.run_id
     if config.action == "rollback" and config.scope == "runtime":
@@ -206,6 +206,7 @@ release_tpu_hold = _action_job("release_tpu_hold", "release_hold", "Release the 
     ),
 )
 def floating_tag_bakes_locked_harbor(site: SiteResource, git: GitRemotes, registry: Registry) -> dg.AssetCheckResult:
+    from tpu_assets.inspection import read_installed
     cfg = site.config()
     tpu = cfg.tpu
     repository = ImageRef.parse(tpu.image).repository

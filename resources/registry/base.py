@@ -13,14 +13,13 @@ import re
 from abc import abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import dagster as dg
 from pydantic import Field
 
 from resources.model import Model
 from resources.registry.cache import BlobCache
-from resources.registry.layers import GlobQuery, LayerSource, image_path, scan_layers
 from resources.registry.refs import (
     INDEXES,
     MAX_CONFIG_BYTES,
@@ -45,6 +44,11 @@ from resources.registry.refs import (
     read_up_to,
 )
 
+# The layer walker loads when an image is first scanned, not with every process that loads a location
+# (docs/PERFORMANCE.md, code-location load).
+if TYPE_CHECKING:
+    from resources.registry.layers import GlobQuery, LayerSource
+
 
 class ImageScan(Model):
     """What one walk over an image's layers found: the files asked for, the glob matches (and their
@@ -59,6 +63,7 @@ class ImageScan(Model):
 
     def file(self, path: str) -> FileRead | None:
         """The file at `path` (None when the image has none); it must have been asked for or matched."""
+        from resources.registry.layers import image_path
         key = image_path(path)
         if key not in self.files:
             raise KeyError(f"/{key} was not part of this scan: ask for it in paths= (or a glob with read=True)")
@@ -66,6 +71,7 @@ class ImageScan(Model):
 
     def glob(self, pattern: str) -> list[str]:
         """The matches of a glob that was part of this scan."""
+        from resources.registry.layers import image_path
         key = image_path(pattern)
         if key not in self.matches:
             raise KeyError(f"{pattern!r} was not part of this scan: ask for it in globs=")
@@ -180,6 +186,7 @@ class Registry(dg.ConfigurableResource):
         stored in the blob cache) even where the scan could stop early; for an image that will be
         read again soon, such as a verification that is repeated.
         """
+        from resources.registry.layers import GlobQuery, image_path, scan_layers
         image = self._require_manifest(repository, reference)
         wanted = [image_path(p) for p in paths]
         queries = [GlobQuery(pattern=image_path(g.pattern), read=g.read, siblings=g.siblings) for g in globs]
@@ -219,6 +226,7 @@ class Registry(dg.ConfigurableResource):
         holds any match, with upper-layer whiteouts honoured. Layers below that one are not read, so
         finding e.g. ``.../harbor-*.dist-info/METADATA`` costs the top layers, not the whole image.
         """
+        from resources.registry.layers import GlobQuery
         return self.scan(repository=repository, reference=reference, globs=[GlobQuery(pattern=pattern)]).glob(pattern)
 
     def absence(self, *, repository: str, reference: str) -> str:
@@ -383,6 +391,7 @@ class Registry(dg.ConfigurableResource):
         return None
 
     def _layer_source(self, repository: str, layer: Descriptor) -> LayerSource:
+        from resources.registry.layers import LayerSource
         cache = self._blob_cache()
         if cache is not None and (hit := cache.open(layer.digest)) is not None:
             return LayerSource(stream=hit, remote=False, on_corrupt=lambda: cache.evict(layer.digest),

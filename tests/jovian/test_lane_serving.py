@@ -14,9 +14,9 @@ import git
 import pytest
 import tomli_w
 
+from jovian_assets.keys import LANE_SERVING
 from jovian_assets.lane import (
     ENDPOINT,
-    LANE_SERVING,
     LaneBootFailed,
     lane_history,
     lists_model,
