@@ -3,7 +3,7 @@
 A sensor that declares a resource parameter has Dagster open the instance from its ref on every tick
 (`SensorEvaluationContext.resources` passes `self.instance` to `build_resources`) and rebuild each
 resource three times (`ConfigurableResourceFactory._initialize_and_run`), each time inferring its
-config schema again: 80-170 ms against a 7 ms `git ls-remote`. So the ls-remote sensors take the
+config schema again: 90-210 ms against a 7 ms `git ls-remote`. So the ls-remote sensors take the
 location's own configured objects, the ones `Definitions` wires (and shows in the UI, and sets up
 for every run), and declare none.
 """
