@@ -137,7 +137,7 @@ def test_a_moved_lab_tick_fetches_once(sb: Sandbox, tmp_path: Path, monkeypatch:
     assert "--depth=1" in fetch and cursor in " ".join(fetch) and request.partition_key == "r28"
 
 
-@pytest.mark.parametrize("sensor", ["harbor_branch_sensor", "lab_rev_sensor"])
+@pytest.mark.parametrize("sensor", ["harbor_branch_sensor", "consumer_rebuild_sensor", "lab_rev_sensor"])
 def test_a_steady_tick_as_the_code_server_runs_it_is_one_ls_remote_and_nothing_built(
     sensor: str, sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,7 +145,7 @@ def test_a_steady_tick_as_the_code_server_runs_it_is_one_ls_remote_and_nothing_b
     Definitions: a tick that declared a resource would open the instance from its ref and build each
     resource three times (sensors/tick_resources.py)."""
     site = load_site(sb.site_file)
-    repo = (tpu_build_defs if sensor == "harbor_branch_sensor" else jovian_build_defs)(site).get_repository_def()
+    repo = (jovian_build_defs if sensor == "lab_rev_sensor" else tpu_build_defs)(site).get_repository_def()
     (tmp_path / "home").mkdir()
     good = InstanceRef.from_dir(str(tmp_path / "home"))
     (tmp_path / "trap").mkdir()
@@ -156,7 +156,7 @@ def test_a_steady_tick_as_the_code_server_runs_it_is_one_ls_remote_and_nothing_b
     def evaluate(ref: InstanceRef, cursor: str | None) -> object:
         return get_external_sensor_execution(repo, None, ref, sensor, None, None, cursor, [sensor, "tick"], None)
 
-    first = evaluate(good, None)  # a moved tick reads the instance (the hold; the known revs)
+    first = evaluate(good, None)  # a moved tick reads the instance (the hold; the known builds or revs)
     assert first.run_requests, first  # type: ignore[attr-defined]
     tip = first.cursor  # type: ignore[attr-defined]
     assert isinstance(evaluate(unopenable, None), SensorExecutionErrorSnap)  # the trap springs when it is opened

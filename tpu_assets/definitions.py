@@ -87,6 +87,13 @@ def harbor_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
     )
 
 
+def consumer_rebuild_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
+    """consumer_rebuild_sensor over these resources' `site` and `git` objects (a tick initializes neither)."""
+    return build_consumer_rebuild_sensor(
+        job_name=build_tpu.name, partitions_def=tpu_builds, site=resources["site"], git=resources["git"]
+    )
+
+
 def build_defs(site: SiteConfig | None) -> dg.Definitions:
     """The location's definitions from the site file read at load: owners on every asset, resources."""
     resources = tpu_resources(site)
@@ -104,7 +111,7 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
               reject_tpu_build, release_tpu_build],
         sensors=[
             harbor_sensor(resources),
-            build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
+            consumer_rebuild_sensor(resources),
             build_auto_promote_sensor(job_name=promote_tpu.name),
             build_floating_tag_watch(),
             # The one alert path (the event log is the instance's, not a location's: a second copy would
