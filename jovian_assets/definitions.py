@@ -1,6 +1,7 @@
 """The `jovian` code location: GPU serving images from the lab's source locks (runbook 004_43dc16d711c37290)."""
 
 import gc
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -61,6 +62,13 @@ def jovian_resources(site: SiteConfig | None) -> dict[str, object]:
     }
 
 
+def lab_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
+    """lab_rev_sensor over these resources' `site` and `git` objects (a tick initializes neither)."""
+    return build_lab_rev_sensor(
+        job_name=adopt_lab_rev.name, partitions_def=lab_revs, site=resources["site"], git=resources["git"]
+    )
+
+
 def build_defs(site: SiteConfig | None) -> dg.Definitions:
     """The location's definitions from the site file read at load: owners on every asset, `jovian/image`
     in the build node's pool (pools are fixed at definition time), the resources."""
@@ -78,11 +86,12 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
         bench_report,
         lane,
     ]
+    resources = jovian_resources(site)
     return dg.Definitions(
         assets=with_owners(assets, location_owners(site, "jovian")),
         jobs=[adopt_lab_rev, build_jovian_rev],
-        sensors=[build_lab_rev_sensor(job_name=adopt_lab_rev.name, partitions_def=lab_revs)],
-        resources=jovian_resources(site),
+        sensors=[lab_sensor(resources)],
+        resources=resources,
     )
 
 

@@ -10,6 +10,7 @@ from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.secrets import redact
 from resources.site import SiteResource
+from sensors.tick_resources import for_ticks
 from tpu_assets.harbor_hold import read_hold
 
 HARBOR_COMMIT_TAG = "lockstep/harbor_commit"
@@ -22,8 +23,12 @@ def default_sensor_status() -> dg.DefaultSensorStatus:
 
 
 def build_harbor_branch_sensor(
-    *, job_name: str, observed: dg.AssetKey, lock_key: dg.AssetKey, minimum_interval_seconds: int = 30
+    *, job_name: str, observed: dg.AssetKey, lock_key: dg.AssetKey, site: object, git: object,
+    minimum_interval_seconds: int = 30,
 ) -> dg.SensorDefinition:
+    """The sensor over the location's `site` and `git` resource objects (sensors/tick_resources.py)."""
+    site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
+
     @dg.sensor(
         name="harbor_branch_sensor",
         job_name=job_name,
@@ -34,19 +39,18 @@ def build_harbor_branch_sensor(
             f"as an observation of {observed.to_user_string()} and requests `{job_name}` with run key "
             "`harbor:<sha>`, so each commit is re-locked once. Unchanged: a skip reason naming the sha. "
             f"While a runtime rollback holds harbor ({lock_key.to_user_string()} metadata `harbor_hold`), new tips "
-            "are recorded and nothing is requested: `release_harbor_hold` re-locks to the tip."
+            "are recorded and nothing is requested: `release_harbor_hold` re-locks to the tip. Reads the "
+            "location's `site` and `git` resources as configured (a tick initializes no resource)."
         ),
     )
-    def harbor_branch_sensor(
-        context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes
-    ) -> dg.SensorResult:
+    def harbor_branch_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         try:
-            tpu = site.config().tpu
+            tpu = site_res.config().tpu
         except LockstepError as exc:
             return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
         where = f"{tpu.harbor_branch} on {redact(tpu.harbor_repo)}"
         try:
-            tip = git.ls_remote(url=tpu.harbor_repo, branch=tpu.harbor_branch)
+            tip = git_res.ls_remote(url=tpu.harbor_repo, branch=tpu.harbor_branch)
         except LockstepError as exc:
             return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
         if tip is None:
@@ -54,9 +58,9 @@ def build_harbor_branch_sensor(
         if tip == context.cursor:
             return dg.SensorResult(skip_reason=f"{where} still at {tip}")
 
-        metadata = commit_entries(site.config().links, "commit", tpu.harbor_repo, tip)
+        metadata = commit_entries(site_res.config().links, "commit", tpu.harbor_repo, tip)
         try:
-            info = git.commit_info(url=tpu.harbor_repo, sha=tip)
+            info = git_res.commit_info(url=tpu.harbor_repo, sha=tip)
             metadata |= {
                 "summary": dg.MetadataValue.text(info.summary),
                 "author": dg.MetadataValue.text(info.author),

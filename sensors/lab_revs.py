@@ -8,9 +8,15 @@ from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
+from sensors.tick_resources import for_ticks
 
 
-def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsDefinition) -> dg.SensorDefinition:
+def build_lab_rev_sensor(
+    *, job_name: str, partitions_def: dg.DynamicPartitionsDefinition, site: object, git: object
+) -> dg.SensorDefinition:
+    """The sensor over the location's `site` and `git` resource objects (sensors/tick_resources.py)."""
+    site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
+
     @dg.sensor(
         name="lab_rev_sensor",
         job_name=job_name,
@@ -20,28 +26,29 @@ def build_lab_rev_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsD
             "Watches the lab's branch with one `git ls-remote` per tick; when it moved, a shallow fetch lists "
             "the source locks. A new rev adds a `lab_revs` partition; each lock that is new or changed since the "
             "last lab commit seen requests "
-            f"`{job_name}` with run key `<rev>:<lock blob sha>`, so a lock is adopted exactly once."
+            f"`{job_name}` with run key `<rev>:<lock blob sha>`, so a lock is adopted exactly once. Reads the "
+            "location's `site` and `git` resources as configured (a tick initializes no resource)."
         ),
     )
-    def lab_rev_sensor(context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes) -> dg.SensorResult:
+    def lab_rev_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         try:
-            jovian = site.config().jovian
+            jovian = site_res.config().jovian
         except LockstepError as exc:
             return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
         if jovian is None:
             return dg.SensorResult(skip_reason="the site has no [jovian] table")
         where = f"{jovian.lab_branch} on {redact(jovian.lab_repo)}"
         try:
-            tip = git.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
+            tip = git_res.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
             if tip is None:
                 return dg.SensorResult(skip_reason=f"branch {where} does not exist")
             if tip == context.cursor:
                 return dg.SensorResult(skip_reason=f"{where} still at {tip}")
             # One shallow fetch of both commits the tick lists: each fetch is a round trip to the lab.
-            git.fetch(url=jovian.lab_repo, shas=[tip, *([context.cursor] if context.cursor else [])], depth=1)
-            locks = lab_locks(git, jovian, lab_commit=tip)
+            git_res.fetch(url=jovian.lab_repo, shas=[tip, *([context.cursor] if context.cursor else [])], depth=1)
+            locks = lab_locks(git_res, jovian, lab_commit=tip)
             # Only what changed since the last lab commit seen: a new rev, or a lock whose blob moved.
-            seen = git.list_files(url=jovian.lab_repo, sha=context.cursor, pattern=jovian.lock_glob) if context.cursor else {}
+            seen = git_res.list_files(url=jovian.lab_repo, sha=context.cursor, pattern=jovian.lock_glob) if context.cursor else {}
         except LockstepError as exc:
             return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
         for bad in (entry for entry in locks if entry.error):

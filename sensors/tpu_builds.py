@@ -8,13 +8,19 @@ from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
+from sensors.tick_resources import for_ticks
 from tpu_assets.history import VERIFIED_IMAGE, tag_history
 from tpu_assets.rebuild_policy import rebuild_reason
 from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
 from tpu_assets.rollback import current_state
 
 
-def build_consumer_rebuild_sensor(*, job_name: str, partitions_def: dg.DynamicPartitionsDefinition) -> dg.SensorDefinition:
+def build_consumer_rebuild_sensor(
+    *, job_name: str, partitions_def: dg.DynamicPartitionsDefinition, site: object, git: object
+) -> dg.SensorDefinition:
+    """The sensor over the location's `site` and `git` resource objects (sensors/tick_resources.py)."""
+    site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
+
     @dg.sensor(
         name="consumer_rebuild_sensor",
         job_name=job_name,
@@ -24,13 +30,14 @@ def build_consumer_rebuild_sensor(*, job_name: str, partitions_def: dg.DynamicPa
             "Watches the consumer branch (one ls-remote per tick). When the Dockerfile outside the "
             "HARBOR_COMMIT line or the build script changed, adds the commit as a tpu_builds partition "
             "and requests a build. A lock-only move is NOT a rebuild (the lock ships harbor to workers) "
-            "unless the site sets rebuild_on_lock_change. The very first tick builds once if nothing was ever built."
+            "unless the site sets rebuild_on_lock_change. The very first tick builds once if nothing was ever built. "
+            "Reads the location's `site` and `git` resources as configured (a tick initializes no resource)."
         ),
     )
-    def consumer_rebuild_sensor(context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes) -> dg.SensorResult:
+    def consumer_rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         try:
-            tpu = site.config().tpu
-            tip = git.ls_remote(url=tpu.consumer_repo, branch=tpu.consumer_branch)
+            tpu = site_res.config().tpu
+            tip = git_res.ls_remote(url=tpu.consumer_repo, branch=tpu.consumer_branch)
         except LockstepError as exc:
             return dg.SensorResult(skip_reason=f"cannot read the consumer branch: {exc}")
         where = f"{tpu.consumer_branch} on {redact(tpu.consumer_repo)}"
@@ -45,8 +52,8 @@ def build_consumer_rebuild_sensor(*, job_name: str, partitions_def: dg.DynamicPa
         else:
             paths = [tpu.dockerfile, tpu.build_script, "uv.lock"]
             try:
-                old = {p: git.show_file(url=tpu.consumer_repo, sha=context.cursor, path=p) for p in paths}
-                new = {p: git.show_file(url=tpu.consumer_repo, sha=tip, path=p) for p in paths}
+                old = {p: git_res.show_file(url=tpu.consumer_repo, sha=context.cursor, path=p) for p in paths}
+                new = {p: git_res.show_file(url=tpu.consumer_repo, sha=tip, path=p) for p in paths}
             except LockstepError as exc:
                 return dg.SensorResult(skip_reason=f"cannot read {where} at {tip[:8]}: {exc}")
             reason = rebuild_reason(old=old, new=new, dockerfile=tpu.dockerfile, build_script=tpu.build_script,

@@ -15,15 +15,20 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.remote_representation.external_data import SensorExecutionErrorSnap
+from dagster._grpc.impl import get_external_sensor_execution
 
-from jovian_assets.definitions import defs as jovian_defs
-from resources.site import load_site, site_resource
+from jovian_assets.definitions import build_defs as jovian_build_defs
+from jovian_assets.definitions import lab_sensor
+from resources.git import GitRemotes
+from resources.site import SiteResource, load_site, site_resource
 from resources.site_cache import SiteCache
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor
 from tests.conftest import sandbox_resources
 from tests.report import count
-from tpu_assets.definitions import defs as tpu_defs
+from tpu_assets.definitions import build_defs as tpu_build_defs
+from tpu_assets.definitions import harbor_sensor
 
 IDLE_TICKS = 100
 
@@ -33,11 +38,10 @@ def opened(home: Path) -> dg.DagsterInstance:
 
 
 def tick(sensor: str, sb: Sandbox, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
-    defs = tpu_defs if sensor == "harbor_branch_sensor" else jovian_defs
+    build = harbor_sensor if sensor == "harbor_branch_sensor" else lab_sensor
     resources = sandbox_resources(sb, Path(instance.root_directory) / "cache")
-    wanted = {"harbor_branch_sensor": ("site", "git"), "lab_rev_sensor": ("site", "git", "spark")}[sensor]
-    with dg.build_sensor_context(cursor=cursor, instance=instance, resources={k: resources[k] for k in wanted}) as context:
-        result = defs.resolve_sensor_def(sensor)(context)
+    with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
+        result = build(resources)(context)
     count(f"sensor ticks evaluated ({sensor})")
     return result
 
@@ -87,8 +91,8 @@ def test_an_edited_site_is_seen_on_the_next_tick_and_a_broken_edit_skips(
     pinned = {**wired, "site": site_resource(load_site(sb.site_file))}  # as a code location wires it
 
     def reason(res: dict[str, object], cursor: str | None) -> str:
-        with dg.build_sensor_context(cursor=cursor, instance=instance, resources=res) as context:
-            result = tpu_defs.resolve_sensor_def("harbor_branch_sensor")(context)
+        with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
+            result = harbor_sensor(res)(context)
         assert not result.run_requests
         return result.skip_reason.skip_message  # type: ignore[union-attr]
 
@@ -126,9 +130,61 @@ def test_a_moved_lab_tick_fetches_once(sb: Sandbox, tmp_path: Path, monkeypatch:
         monkeypatch.setattr(subprocess.Popen, "__init__", counting)
         # A cold mirror cache (a new pod, a wiped cache): the tick lists the new tip and the last one seen.
         cold = sandbox_resources(sb, tmp_path / "cold-cache")
-        wired = {k: cold[k] for k in ("site", "git")}
-        with dg.build_sensor_context(cursor=cursor, instance=instance, resources=wired) as context:
-            (request,) = jovian_defs.resolve_sensor_def("lab_rev_sensor")(context).run_requests or []
+        with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
+            (request,) = lab_sensor(cold)(context).run_requests or []
     # Both in one shallow fetch: each fetch is a round trip to the lab.
     (fetch,) = fetches
     assert "--depth=1" in fetch and cursor in " ".join(fetch) and request.partition_key == "r28"
+
+
+@pytest.mark.parametrize("sensor", ["harbor_branch_sensor", "consumer_rebuild_sensor", "lab_rev_sensor"])
+def test_a_steady_tick_as_the_code_server_runs_it_is_one_ls_remote_and_nothing_built(
+    sensor: str, sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the daemon asks of the code location per tick (dagster/_grpc/impl.py), over the location's own
+    Definitions: a tick that declared a resource would open the instance from its ref and build each
+    resource three times (sensors/tick_resources.py)."""
+    site = load_site(sb.site_file)
+    repo = (jovian_build_defs if sensor == "lab_rev_sensor" else tpu_build_defs)(site).get_repository_def()
+    (tmp_path / "home").mkdir()
+    good = InstanceRef.from_dir(str(tmp_path / "home"))
+    (tmp_path / "trap").mkdir()
+    unopenable = InstanceRef.from_dir(str(tmp_path / "trap"))
+    (tmp_path / "trap").rmdir()
+    (tmp_path / "trap").write_text("")  # a file where its storage would be: opening the instance fails
+
+    def evaluate(ref: InstanceRef, cursor: str | None) -> object:
+        return get_external_sensor_execution(repo, None, ref, sensor, None, None, cursor, [sensor, "tick"], None)
+
+    first = evaluate(good, None)  # a moved tick reads the instance (the hold; the known builds or revs)
+    assert first.run_requests, first  # type: ignore[attr-defined]
+    tip = first.cursor  # type: ignore[attr-defined]
+    assert isinstance(evaluate(unopenable, None), SensorExecutionErrorSnap)  # the trap springs when it is opened
+
+    built: list[str] = []
+    processes: list[list[str]] = []
+    for cls in (SiteResource, GitRemotes):
+        def counting(self: object, *a: object, __init=cls.__init__, __name=cls.__name__, **kw: object) -> None:
+            built.append(__name)
+            __init(self, *a, **kw)
+        monkeypatch.setattr(cls, "__init__", counting)
+    real = subprocess.Popen.__init__
+
+    def spawned(self: subprocess.Popen[bytes], args: list[str], *a: object, **kw: object) -> None:
+        processes.append([str(x) for x in args])
+        real(self, args, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", spawned)
+    steady = [evaluate(unopenable, tip) for _ in range(3)]
+    assert all(not isinstance(t, SensorExecutionErrorSnap) for t in steady), steady
+    assert all(not t.run_requests and tip in (t.skip_message or "") for t in steady), steady  # type: ignore[attr-defined]
+    assert built == []
+    assert [p[p.index("ls-remote")] if "ls-remote" in p else p for p in processes] == ["ls-remote"] * 3
+
+
+def test_a_resource_a_tick_could_not_use_as_configured_is_refused_at_load() -> None:
+    # Used directly, cache_dir would be the variable's name: the location refuses it as it loads.
+    with pytest.raises(ValueError, match=r"resource 'git' sets cache_dir from the environment"):
+        harbor_sensor({"site": SiteResource(), "git": GitRemotes(cache_dir=dg.EnvVar("LOCKSTEP_GIT_CACHE"))})
+    with pytest.raises(TypeError, match=r"resource 'site' is a GitRemotes, not the SiteResource"):
+        lab_sensor({"site": GitRemotes(), "git": GitRemotes()})

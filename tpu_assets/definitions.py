@@ -1,6 +1,7 @@
 """The `tpu` code location: the TPU runtime image graph (runbook 000_42bc23b59d697b5b)."""
 
 import gc
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -79,8 +80,23 @@ def tpu_resources(site: SiteConfig | None) -> dict[str, object]:
     }
 
 
+def harbor_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
+    """harbor_branch_sensor over these resources' `site` and `git` objects (a tick initializes neither)."""
+    return build_harbor_branch_sensor(
+        job_name=relock_harbor.name, observed=HARBOR_HEAD, lock_key=HARBOR_LOCK, site=resources["site"], git=resources["git"]
+    )
+
+
+def consumer_rebuild_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
+    """consumer_rebuild_sensor over these resources' `site` and `git` objects (a tick initializes neither)."""
+    return build_consumer_rebuild_sensor(
+        job_name=build_tpu.name, partitions_def=tpu_builds, site=resources["site"], git=resources["git"]
+    )
+
+
 def build_defs(site: SiteConfig | None) -> dg.Definitions:
     """The location's definitions from the site file read at load: owners on every asset, resources."""
+    resources = tpu_resources(site)
     return dg.Definitions(
         assets=with_owners(
             [harbor_head, harbor_lock, image, smoke, verified_image, floating_tag], location_owners(site, "tpu")
@@ -94,15 +110,15 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
         jobs=[relock_harbor, release_harbor_hold, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold,
               reject_tpu_build, release_tpu_build],
         sensors=[
-            build_harbor_branch_sensor(job_name=relock_harbor.name, observed=HARBOR_HEAD, lock_key=HARBOR_LOCK),
-            build_consumer_rebuild_sensor(job_name=build_tpu.name, partitions_def=tpu_builds),
+            harbor_sensor(resources),
+            consumer_rebuild_sensor(resources),
             build_auto_promote_sensor(job_name=promote_tpu.name),
             build_floating_tag_watch(),
             # The one alert path (the event log is the instance's, not a location's: a second copy would
             # post every event twice).
             build_alert_sensor(),
         ],
-        resources=tpu_resources(site),
+        resources=resources,
     )
 
 

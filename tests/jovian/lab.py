@@ -6,7 +6,7 @@ import dagster as dg
 
 from jovian_assets.adoption_assets import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
 from jovian_assets.bench_assets import BENCH
-from jovian_assets.definitions import defs
+from jovian_assets.definitions import defs, lab_sensor
 from jovian_assets.node_assets import IMAGE
 from sandbox.world import Sandbox
 
@@ -20,8 +20,8 @@ class Lab:
         self.lab_repo = sb.repos / "rtx6kpro.git"
 
     def tick(self, cursor: str | None) -> dg.SensorResult:
-        sensor = defs.resolve_sensor_def("lab_rev_sensor")
-        with dg.build_sensor_context(cursor=cursor, instance=self.instance, resources=self.resources) as context:
+        sensor = lab_sensor(self.resources)
+        with dg.build_sensor_context(cursor=cursor, instance=self.instance) as context:
             result = sensor(context)
         for request in result.dynamic_partitions_requests or []:
             self.instance.add_dynamic_partitions("lab_revs", list(request.partition_keys))

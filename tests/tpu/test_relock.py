@@ -17,7 +17,7 @@ from sandbox.world import Sandbox, advance_harbor
 from sensors.harbor import HARBOR_COMMIT_TAG
 from tests.conftest import commit_count, remote_file, remote_head
 from tests.runs import checks, failure_message, materialize, metadata
-from tpu_assets.definitions import defs
+from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
 
@@ -36,8 +36,8 @@ def dockerfile_pin(sb: Sandbox) -> str:
 
 
 def sensor_tick(resources: dict[str, object], cursor: str | None, instance: dg.DagsterInstance) -> dg.SensorResult:
-    sensor = defs.resolve_sensor_def("harbor_branch_sensor")
-    with dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources) as context:
+    sensor = harbor_sensor(resources)
+    with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
         return sensor(context)
 
 

@@ -22,7 +22,7 @@ from resources.uv import UvLock, uv_binary
 from sandbox.world import Sandbox, advance_harbor
 from tests.conftest import remote_file, remote_head
 from tests.runs import Pipeline, failure_message, materialize
-from tpu_assets.definitions import defs
+from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.harbor_hold import HOLD, LOCK_ACTION, read_hold
 from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK
@@ -63,8 +63,8 @@ def installed_by_fresh_sync(sb: Sandbox, tmp: Path) -> str:
 
 
 def harbor_tick(p: Pipeline, cursor: str | None) -> dg.SensorResult:
-    sensor = defs.resolve_sensor_def("harbor_branch_sensor")
-    with dg.build_sensor_context(cursor=cursor, instance=p.instance, resources=p.resources) as context:
+    sensor = harbor_sensor(p.resources)
+    with dg.build_sensor_context(cursor=cursor, instance=p.instance) as context:
         return sensor(context)
 
 

@@ -9,7 +9,7 @@ import dagster as dg
 from resources.git import GitRemotes
 from resources.registry import LayoutRegistry
 from resources.site import SiteResource
-from tpu_assets.definitions import defs
+from tpu_assets.definitions import consumer_rebuild_sensor, defs, harbor_sensor
 from tpu_assets.history import VERIFIED_IMAGE
 
 BAD = Path(__file__).resolve().parent.parent / "corpus" / "site" / "memory_lots.toml"
@@ -23,8 +23,11 @@ def test_a_bad_site_makes_every_tpu_tick_skip_naming_file_and_line(tmp_path: Pat
         # auto_promote reads the site only once there is a verified build to judge.
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=VERIFIED_IMAGE, partition="a" * 40))
         for name in SENSORS:
+            # These two take the location's resource objects, not the tick's (sensors/tick_resources.py).
+            own = {"harbor_branch_sensor": harbor_sensor, "consumer_rebuild_sensor": consumer_rebuild_sensor}
+            sensor = own[name](resources) if name in own else defs.resolve_sensor_def(name)
             with dg.build_sensor_context(instance=instance, resources=resources) as context:
-                result = defs.resolve_sensor_def(name)(context)
+                result = sensor(context)
             reason = result.skip_message if isinstance(result, dg.SkipReason) else result.skip_reason.skip_message
             assert f"{BAD}:31: [iris] memory: memory 'lots'" in reason, (name, reason)
             assert not getattr(result, "run_requests", None), name
