@@ -26,9 +26,11 @@ FLOATING_TAG = dg.AssetKey(["tpu", "floating_tag"])
 _PAGE = 500
 # A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
 FIRST_PAGE = 4
-# A promote judges the newest verified build: one record (each costs its deserialization); a rejected
-# newest build reads on, page by page.
-PROMOTE_FIRST = 1
+# A promote judges the newest verified build, and its changelog and attestation look up the build it
+# moves the tag from, normally the one verified before it: two records (each costs its deserialization)
+# instead of one, because with one the changelog's lookup of the current digest costs two more reads (its
+# data-version index, then the next page). A rejected newest build reads on, page by page.
+PROMOTE_FIRST = 2
 # Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag to
 # the digest a move left the tag at.
 DATA_VERSION_TAG = "dagster/data_version"
