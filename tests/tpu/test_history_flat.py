@@ -7,6 +7,7 @@ history_fill.py (the records lockstep writes, stored in batches).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,11 +18,15 @@ import pytest
 
 from resources.git import GitRemotes
 from resources.site_promotion import PromotionSection
+from tests.postgres_server import running_postgres
 from tests.tpu import history_fill as hf
 from tpu_assets.history import (
+    FLOATING_TAG,
     PROMOTE_FIRST,
+    VERIFIED_IMAGE,
     log_state,
     move_materialization,
+    read_ahead,
     tag_history,
     verified_history,
 )
@@ -202,10 +207,12 @@ def promote_reads(instance: dg.DagsterInstance, *, registry_at: str, git: GitRem
     the log, the policy gate, the rules, then the verified records of the move's target (attestation)
     and of both its ends (the changelog's baked harbors)."""
     cfg = hf.site()
+    verified = verified_history(instance, first=PROMOTE_FIRST)
+    gate = read_ahead(instance, lambda: policy_gate(instance, PromotionSection(), verified=verified, build="",
+                                                    now=now_utc()))
     logged = tag_history(instance, first=1)
     state = log_state(instance, logged, registry_at=registry_at)
-    verified = verified_history(instance, first=PROMOTE_FIRST)
-    build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
+    build, _ = gate.result()
     move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
                           current=state.current, build=build)
     assert move is not None and move.to_digest is not None and move.from_digest is not None
@@ -227,10 +234,10 @@ def test_a_promote_of_an_unrejected_newest_build_makes_three_reads_its_changelog
         move = promote_reads(instance, registry_at=filled.digests[-2], git=git)
         assert (move.from_digest, move.build) == (filled.digests[-2], filled.builds[-1])
         assert move.recorded == hf.harbor(n - 2)  # the harbor the tag bakes now, from the build's record
-        # where the tag is; the newest two verified builds (the target, and the build on the tag, which
-        # the changelog reads its harbor from); whether anyone rejected the target: nothing older, and
-        # no lookup by the data-version index
-        assert reads.calls == ["fetch_materializations", "fetch_materializations", "fetch_observations"], reads.calls
+        # the newest two verified builds (the target, and the build on the tag, which the changelog
+        # reads its harbor from); whether anyone rejected the target; where the tag is: nothing older,
+        # and no lookup by the data-version index
+        assert reads.calls == ["fetch_materializations", "fetch_observations", "fetch_materializations"], reads.calls
         assert reads.records == 1 + 2, reads.records
 
 
@@ -249,3 +256,37 @@ def test_a_promote_over_builds_the_tag_skipped_finds_the_current_one_by_its_inde
     assert seen[0] == seen[1]
     # the current digest is not among the newest two: its index row, then the next page (8) of builds
     assert seen[1][0][3:] == ["get_event_tags_for_asset", "fetch_materializations"], seen[1]
+
+
+@pytest.fixture(scope="module")
+def on_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dg.DagsterInstance]:
+    with running_postgres() as server, dg.instance_for_test(
+        temp_dir=str(tmp_path_factory.mktemp("pg")),
+        overrides={"storage": {"postgres": {"postgres_url": server.fresh_database("history_flat").url}}},
+    ) as instance:
+        yield instance
+
+
+def test_on_postgres_a_promotes_policy_reads_are_in_flight_while_its_log_is_read(
+    on_postgres: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    instance, cfg = on_postgres, hf.site()
+    filled = hf.fill(instance, cfg, 20, promotions=19)
+    # The log's read and the policy's first read each wait here for the other to be under way: two
+    # threads reach it only if both reads are in flight at once (sequential reads break it, and fail).
+    both = threading.Barrier(2, timeout=60)
+    where: dict[str, str] = {}
+    real = instance.fetch_materializations
+
+    def read(records: object, **kwargs: object) -> dg.EventRecordsResult:
+        key = records if isinstance(records, dg.AssetKey) else records.asset_key  # type: ignore[attr-defined]
+        if key.to_user_string() not in where:
+            where[key.to_user_string()] = threading.current_thread().name
+            both.wait()
+        return real(records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(instance, "fetch_materializations", read)
+    move = promote_reads(instance, registry_at=filled.digests[-2], git=GitRemotes(cache_dir=str(tmp_path / "git")))
+    assert (move.from_digest, move.build, move.recorded) == (filled.digests[-2], filled.builds[-1], hf.harbor(18))
+    assert where[FLOATING_TAG.to_user_string()] == threading.main_thread().name
+    assert where[VERIFIED_IMAGE.to_user_string()] == "lockstep-read-ahead"
