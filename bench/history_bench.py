@@ -6,12 +6,14 @@ For each backend (SQLite: a local instance; Postgres: a private server this benc
 port and stops by PID, tests/postgres_server.py) and each size, an instance is filled with N
 `tpu/verified_image` records (builds 0..N-1) and N-1 `tpu/floating_tag` promotions (each build over
 the one before; the newest build is verified, not promoted yet), batched (tests/tpu/history_fill.py).
-Then, alternating in one loop (the order rotates every round, so all three see the same load):
+Then, alternating in one loop (the order rotates every round, so all see the same load):
 
 - base: one `fetch_materializations(tpu/floating_tag, limit=1)`;
 - promote: what promote_tpu reads before its registry write, the registry agreeing with the log:
   the newest move, the newest verified builds and their rejections (`log_state`, `policy_gate`,
-  `decide_move`);
+  `decide_move`; on Postgres the policy's reads in flight while the log is read, `read_ahead`), then
+  the verified records the attestation and the changelog look up (the target, the build on the tag);
+  also as promote_tpu read it before (`before`: one verified record first, every read in turn);
 - rollback: the rollback plan (`rollback_plan` over `tag_history`/`verified_history`), current digest
   as the log has it (the registry read is not part of the plan).
 
@@ -47,6 +49,7 @@ from tpu_assets.history import (  # noqa: E402
     PROMOTE_FIRST,
     VERIFIED_IMAGE,
     log_state,
+    read_ahead,
     tag_history,
     verified_history,
 )
@@ -78,27 +81,38 @@ def measure(instance: dg.DagsterInstance, filled: hf.Filled, git: GitRemotes, ro
         (record,) = instance.fetch_materializations(FLOATING_TAG, limit=1).records
         assert record is not None
 
-    def promote() -> None:
-        logged = tag_history(instance, first=1)  # as floating_tag reads for a promote
+    def promote(first: int = PROMOTE_FIRST, ahead: bool = True) -> None:
+        verified = verified_history(instance, first=first)  # as floating_tag reads for a promote
+
+        def gate() -> tuple[str, object]:
+            return policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
+
+        judged = read_ahead(instance, gate) if ahead else None  # before: judged after the log was read
+        logged = tag_history(instance, first=1)
         state = log_state(instance, logged, registry_at=filled.digests[-2])  # the registry agrees with the log
-        verified = verified_history(instance, first=PROMOTE_FIRST)
-        build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
+        build, _ = judged.result() if judged is not None else gate()
         move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
                               current=state.current, build=build)
         assert move is not None and move.build == filled.builds[-1] and move.from_digest == filled.digests[-2]
+        # The attestation's and the changelog's lookups (the target's record, the baked harbor at both ends).
+        assert verified.with_digest(move.to_digest or "", build=move.build) is not None
+        came_from = verified.with_digest(move.from_digest)
+        assert came_from is not None and came_from.build == filled.builds[-2]
+        assert verified.with_digest(move.to_digest or "") is not None
 
     def rollback() -> None:
         plan = rollback_plan(cfg, git, verified=verified_history(instance), moves=tag_history(instance),
                              current=filled.digests[-2])
         assert plan.target is not None and plan.target.digest == filled.digests[-3]
 
-    work = {"base": base, "promote": promote, "rollback": rollback}
+    # `before`: the same as promote_tpu read it before: one verified record first, every read in turn.
+    work = {"base": base, "promote": promote, "before": lambda: promote(1, ahead=False), "rollback": rollback}
     for fn in work.values():  # warm: imports, connections, the first page of every statement
         fn()
     times: dict[str, list[float]] = {name: [] for name in work}
     names = list(work)
     for r in range(rounds):
-        for name in names[r % 3:] + names[: r % 3]:
+        for name in names[r % len(names):] + names[: r % len(names)]:
             times[name].append(timed(work[name]))
     return {name: statistics.median(ts) for name, ts in times.items()}
 
@@ -138,8 +152,9 @@ def run_backend(name: str, make: Callable[[], object], sizes: list[int], rounds:
             old = f", old readers (both histories whole) {timed(lambda: old_full_read(instance)) * 1e3:.0f} ms" if n == sizes[0] else ""
         promote, rollback = m["promote"] / m["base"], m["rollback"] / m["base"]
         print(f"{name:8} {n:>6} builds + {n - 1:>6} promotions (fill {fill_s:.1f} s): limit=1 {m['base'] * 1e3:.1f} ms, "
-              f"promote {m['promote'] * 1e3:.1f} ms ({promote:.2f}x), rollback plan {m['rollback'] * 1e3:.1f} ms "
-              f"({rollback:.2f}x){old}", flush=True)
+              f"promote {m['promote'] * 1e3:.1f} ms ({promote:.2f}x; as before: {m['before'] * 1e3:.1f} ms, "
+              f"{m['before'] / m['base']:.2f}x), rollback plan {m['rollback'] * 1e3:.1f} ms ({rollback:.2f}x){old}",
+              flush=True)
         ratios = [promote, rollback]
     return ratios
 

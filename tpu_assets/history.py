@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import TypeVar, overload
 
 import dagster as dg
@@ -26,9 +28,11 @@ FLOATING_TAG = dg.AssetKey(["tpu", "floating_tag"])
 _PAGE = 500
 # A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
 FIRST_PAGE = 4
-# A promote judges the newest verified build: one record (each costs its deserialization); a rejected
-# newest build reads on, page by page.
-PROMOTE_FIRST = 1
+# A promote judges the newest verified build, and its changelog and attestation look up the build it
+# moves the tag from, normally the one verified before it: two records (each costs its deserialization)
+# instead of one, because with one the changelog's lookup of the current digest costs two more reads (its
+# data-version index, then the next page). A rejected newest build reads on, page by page.
+PROMOTE_FIRST = 2
 # Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag to
 # the digest a move left the tag at.
 DATA_VERSION_TAG = "dagster/data_version"
@@ -208,6 +212,30 @@ def tag_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> Tag
     """Every move of the floating tag, newest first: lockstep's own and the `observed` ones, read
     only as far back as it is used (`first` records at first: 1 is where the tag is and its hold)."""
     return TagHistory(instance, first=first)
+
+
+def read_ahead(instance: dg.DagsterInstance, reads: Callable[[], T]) -> Future[T]:
+    """`reads` (event-log reads, and what they decide) started now; `.result()` is what it returned or
+    raised. With a Postgres event log it runs on a thread of its own, so the caller's next read is in
+    flight meanwhile (each read is mostly waiting on the server: a new connection, then the statement).
+    Otherwise it runs here, at once: SQLite's storage holds one lock around every connection and answers
+    in-process, so a second thread would only queue behind it. The caller must not touch what `reads`
+    uses until it has the result."""
+    from tpu_assets.tag_lock import postgres_url
+
+    done: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(reads())
+        except BaseException as exc:  # handed to whoever asks for the result, as if it had run there
+            done.set_exception(exc)
+
+    if postgres_url(instance) is None:
+        run()
+    else:  # a daemon: a caller that fails before asking for the result does not wait for it
+        threading.Thread(target=run, name="lockstep-read-ahead", daemon=True).start()
+    return done
 
 
 _UNREAD = object()

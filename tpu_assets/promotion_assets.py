@@ -27,6 +27,7 @@ from tpu_assets.history import (
     log_state,
     move_materialization,
     move_metadata,
+    read_ahead,
     tag_history,
     verified_history,
 )
@@ -109,21 +110,22 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
             context.log_event(move_materialization(cfg, move))
 
         current = registry.resolve(repository=repository, reference=tag)
-        # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
         # A promote or a release judges the newest record (where the tag is, its hold) and the newest
         # build or two; a rollback walks back a few: each reads only that to begin with.
         rolling_back = config.action == "rollback"
+        verified = verified_history(context.instance) if rolling_back else verified_history(context.instance, first=PROMOTE_FIRST)
+        # A promote's policy reads none of the log: on Postgres it is judged while the log is read.
+        # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).
+        gate = read_ahead(context.instance, lambda: policy_gate(
+            context.instance, cfg.tpu.promotion, verified=verified, build=config.build, now=now_utc(),
+            override_freeze=config.override_freeze, note=config.note)) if config.action == "promote" else None
+        # The log must end where the registry is before a rule is judged on it (a dead run, a hand move).
         logged = tag_history(context.instance, first=FIRST_PAGE if rolling_back else 1)
         found = unrecorded_moves(log_state(context.instance, logged, registry_at=current), current,
                                  recorder=f"run {run_id}")
-        verified = verified_history(context.instance) if rolling_back else verified_history(context.instance, first=PROMOTE_FIRST)
         attested = ""
         try:
-            build, override = config.build, None
-            # A rollback is remedial: soak and freeze do not apply to it, a rejection does (below).
-            if config.action == "promote":
-                build, override = policy_gate(context.instance, cfg.tpu.promotion, verified=verified, build=build,
-                                              now=now_utc(), override_freeze=config.override_freeze, note=config.note)
+            build, override = (config.build, None) if gate is None else gate.result()
             move, plan_text = decide_move(config.action, site=cfg, git=git, verified=verified,
                                           logged=logged, found=found, current=current,
                                           build=build, must_contain=config.must_contain)

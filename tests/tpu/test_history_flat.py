@@ -7,6 +7,7 @@ history_fill.py (the records lockstep writes, stored in batches).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,11 +18,15 @@ import pytest
 
 from resources.git import GitRemotes
 from resources.site_promotion import PromotionSection
+from tests.postgres_server import running_postgres
 from tests.tpu import history_fill as hf
 from tpu_assets.history import (
+    FLOATING_TAG,
     PROMOTE_FIRST,
+    VERIFIED_IMAGE,
     log_state,
     move_materialization,
+    read_ahead,
     tag_history,
     verified_history,
 )
@@ -155,12 +160,12 @@ def test_a_promote_reads_the_newest_records_and_one_rejection_per_build_it_judge
         seen.append((list(reads.calls), reads.records))
     assert seen[0] == seen[1]
     calls, records = seen[1]
-    # the newest move, the newest verified build and its rejection, the next page of builds (1, then 4)
-    # and the second build's (none); no intents: the registry is where the log says, so none can change
-    # what is recorded
+    # the newest move, the newest two verified builds (one page), the newest one's rejection and the
+    # second one's (none); no intents: the registry is where the log says, so none can change what is
+    # recorded
     assert calls == ["fetch_materializations", "fetch_materializations", "fetch_observations",
-                     "fetch_materializations", "fetch_observations"], calls
-    assert records <= 1 + (1 + 4) + 1, records
+                     "fetch_observations"], calls
+    assert records == 1 + 2 + 1, records
 
 
 def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory(tmp_path: Path) -> None:
@@ -197,7 +202,28 @@ def test_the_plan_over_the_instance_is_the_plan_over_the_whole_history_in_memory
                     assert lazy == whole, (current, explicit, fix)
 
 
-def test_a_promote_of_an_unrejected_newest_build_makes_three_reads_of_one_record_each(
+def promote_reads(instance: dg.DagsterInstance, *, registry_at: str, git: GitRemotes) -> TagMove:
+    """What floating_tag reads for a promote before its registry write, the registry at `registry_at`:
+    the log, the policy gate, the rules, then the verified records of the move's target (attestation)
+    and of both its ends (the changelog's baked harbors)."""
+    cfg = hf.site()
+    verified = verified_history(instance, first=PROMOTE_FIRST)
+    gate = read_ahead(instance, lambda: policy_gate(instance, PromotionSection(), verified=verified, build="",
+                                                    now=now_utc()))
+    logged = tag_history(instance, first=1)
+    state = log_state(instance, logged, registry_at=registry_at)
+    build, _ = gate.result()
+    move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
+                          current=state.current, build=build)
+    assert move is not None and move.to_digest is not None and move.from_digest is not None
+    target = verified.with_digest(move.to_digest, build=move.build)
+    came_from, going_to = verified.with_digest(move.from_digest), verified.with_digest(move.to_digest)
+    assert target is not None and target == going_to and came_from is not None
+    assert came_from.digest == move.from_digest
+    return move.model_copy(update={"recorded": came_from.harbor_commit})
+
+
+def test_a_promote_of_an_unrejected_newest_build_makes_three_reads_its_changelog_included(
     instances: list[dg.DagsterInstance], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     cfg = hf.site()
@@ -205,13 +231,62 @@ def test_a_promote_of_an_unrejected_newest_build_makes_three_reads_of_one_record
     for instance, n in zip(instances, (6, 500), strict=True):
         filled = hf.fill(instance, cfg, n, promotions=n - 1)  # the newest build is verified, not promoted yet
         reads = counted(instance, monkeypatch)
-        logged = tag_history(instance, first=1)
-        state = log_state(instance, logged, registry_at=filled.digests[-2])
-        verified = verified_history(instance, first=PROMOTE_FIRST)
-        build, _ = policy_gate(instance, PromotionSection(), verified=verified, build="", now=now_utc())
-        move, _ = decide_move("promote", site=cfg, git=git, verified=verified, logged=logged, found=[],
-                              current=state.current, build=build)
-        assert move is not None and (move.from_digest, move.build) == (filled.digests[-2], filled.builds[-1])
-        # where the tag is, the newest verified build, whether anyone rejected it: nothing older
-        assert reads.calls == ["fetch_materializations", "fetch_materializations", "fetch_observations"], reads.calls
-        assert reads.records == 2, reads.records
+        move = promote_reads(instance, registry_at=filled.digests[-2], git=git)
+        assert (move.from_digest, move.build) == (filled.digests[-2], filled.builds[-1])
+        assert move.recorded == hf.harbor(n - 2)  # the harbor the tag bakes now, from the build's record
+        # the newest two verified builds (the target, and the build on the tag, which the changelog
+        # reads its harbor from); whether anyone rejected the target; where the tag is: nothing older,
+        # and no lookup by the data-version index
+        assert reads.calls == ["fetch_materializations", "fetch_observations", "fetch_materializations"], reads.calls
+        assert reads.records == 1 + 2, reads.records
+
+
+def test_a_promote_over_builds_the_tag_skipped_finds_the_current_one_by_its_index_as_far_back_at_500(
+    instances: list[dg.DagsterInstance], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = hf.site()
+    git = GitRemotes(cache_dir=str(tmp_path / "git"))
+    seen = []
+    for instance, n in zip(instances, (12, 500), strict=True):
+        filled = hf.fill(instance, cfg, n, promotions=n - 3)  # three builds verified since the last promote
+        reads = counted(instance, monkeypatch)
+        move = promote_reads(instance, registry_at=filled.digests[-4], git=git)
+        assert (move.from_digest, move.build, move.recorded) == (filled.digests[-4], filled.builds[-1], hf.harbor(n - 4))
+        seen.append((list(reads.calls), reads.records))
+    assert seen[0] == seen[1]
+    # the current digest is not among the newest two: its index row, then the next page (8) of builds
+    assert seen[1][0][3:] == ["get_event_tags_for_asset", "fetch_materializations"], seen[1]
+
+
+@pytest.fixture(scope="module")
+def on_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dg.DagsterInstance]:
+    with running_postgres() as server, dg.instance_for_test(
+        temp_dir=str(tmp_path_factory.mktemp("pg")),
+        overrides={"storage": {"postgres": {"postgres_url": server.fresh_database("history_flat").url}}},
+    ) as instance:
+        yield instance
+
+
+def test_on_postgres_a_promotes_policy_reads_are_in_flight_while_its_log_is_read(
+    on_postgres: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    instance, cfg = on_postgres, hf.site()
+    filled = hf.fill(instance, cfg, 20, promotions=19)
+    # The log's read and the policy's first read each wait here for the other to be under way: two
+    # threads reach it only if both reads are in flight at once (sequential reads break it, and fail).
+    both = threading.Barrier(2, timeout=60)
+    where: dict[str, str] = {}
+    real = instance.fetch_materializations
+
+    def read(records: object, **kwargs: object) -> dg.EventRecordsResult:
+        key = records if isinstance(records, dg.AssetKey) else records.asset_key  # type: ignore[attr-defined]
+        if key.to_user_string() not in where:
+            where[key.to_user_string()] = threading.current_thread().name
+            both.wait()
+        return real(records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(instance, "fetch_materializations", read)
+    move = promote_reads(instance, registry_at=filled.digests[-2], git=GitRemotes(cache_dir=str(tmp_path / "git")))
+    assert (move.from_digest, move.build, move.recorded) == (filled.digests[-2], filled.builds[-1], hf.harbor(18))
+    assert where[FLOATING_TAG.to_user_string()] == threading.main_thread().name
+    assert where[VERIFIED_IMAGE.to_user_string()] == "lockstep-read-ahead"
