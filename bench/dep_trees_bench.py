@@ -383,7 +383,8 @@ def main() -> None:
         print(f"lockstep's bytes_fetched metadata (mirror growth): rev 1 {int(med('lockstep', lambda r: r.recorded)):,}, "
               f"rev 2 {int(med('lockstep rev 2', lambda r: r.recorded)):,}")
         print("all seconds: " + "; ".join(f"{w} " + ", ".join(f"{r.seconds:.2f}" for r in rs) for w, rs in runs.items()))
-        print("(timings contended: other engineers' benches and tests share these 2 cores)")
+        print(f"load average when the timings ended: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
+              "(anything above the bench's own ~1 shared the machine)")
 
         goals = [  # figure, value, goal
             ("dep trees, first rev: bytes / plain git clone of the same pins", r1_b / plain_b, 1.0),

@@ -1,6 +1,6 @@
 """Loading a code location vs `import dagster`, side by side, in fresh interpreters.
 
-    uv run python bench/location_load_bench.py [--repeat 7]
+    uv run python bench/location_load_bench.py [--repeat 15]
 
 A code server (`dagster api grpc -m tpu_assets.definitions`), `dagster dev` and every run worker start
 a fresh interpreter, import the location's module and take its `defs`. Each round runs, one after the
@@ -137,7 +137,8 @@ def median(runs: list[Run], field: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7, help="runs of each location (the reference runs twice as often)")
+    parser.add_argument("--repeat", type=int, default=15,
+                        help="runs of each location (the reference runs twice as often); single rounds here vary by +-20%%, so 15")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="lockstep-load-bench-"))
