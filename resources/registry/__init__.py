@@ -17,8 +17,9 @@ for the embedded sandbox.
     layout.py     LayoutRegistry
     backends.py   registry_for(site)
 
-Each name here loads its module when first asked for, so a location that needs only `refs` (the jovian
-one, through the site's rules) does not import the HTTP client, the layer walk or the cache.
+Each name here loads its module when first asked for, so loading a location imports only what its
+definitions use (tpu: `backends`, `base` and what `base` imports; jovian: none of it): the HTTP client and
+the layer walk load with the first registry call that needs them.
 """
 
 from __future__ import annotations
