@@ -33,11 +33,15 @@ _dir = click.option(
 @_dir
 @click.option("--registry", default=None, metavar="HOST:PORT",
               help="Use this running registry server instead of an image-layout directory (first run only).")
-def sandbox_up(root: Path, registry: str | None) -> None:
+@click.option("--consumer-shape", type=click.Choice(["direct_reference", "uv_source"]), default="direct_reference",
+              show_default=True,
+              help="How the consumer's pyproject declares harbor: a PEP 508 direct reference following the branch "
+                   "(as OpenThoughts-Agent does), or [tool.uv.sources] with branch = (first run only).")
+def sandbox_up(root: Path, registry: str | None, consumer_shape: str) -> None:
     """Create the sandbox (idempotent) and print its site file."""
     from sandbox.world import up
 
-    sb = _guard(lambda: up(root, registry=registry))
+    sb = _guard(lambda: up(root, registry=registry, consumer_shape=consumer_shape))  # type: ignore[arg-type]
     click.echo(f"sandbox ready: {sb.site_file}")
     click.echo(f"  harbor   {sb.url(sb.harbor)}")
     click.echo(f"  consumer {sb.url(sb.consumer)}")

@@ -85,6 +85,15 @@ class CommitInfo(Model):
     parents: list[str] = Field(default_factory=list)
 
 
+class NamedRefs(Model):
+    """A name as a remote knows it: the tip of the branch of that name and the commit of the tag of that
+    name, each None when the remote has none."""
+
+    name: str
+    branch: str | None = None
+    tag: str | None = None
+
+
 class Worktree(Model):
     """A temporary checkout of one branch; `base_sha` is the remote tip it was cloned at."""
 
@@ -202,6 +211,15 @@ class GitRemotes(dg.ConfigurableResource):
             if ref == f"refs/heads/{branch}":
                 return sha
         return None
+
+    def named_refs(self, *, url: str, name: str) -> NamedRefs:
+        """What `name` is on `url`, in one ls-remote: the tip of branch `name` and the commit of tag `name`
+        (annotated tags peeled), each None when absent. A PEP 508 `@ref` can be either, so a re-lock asks."""
+        url, name = self._url(url), _ref("branch", name)
+        wanted = (f"refs/heads/{name}", f"refs/tags/{name}", f"refs/tags/{name}^{{}}")
+        out = self._ls_remote(["--", url, *wanted], url)
+        found = {ref: sha for sha, _, ref in (line.partition("\t") for line in out.splitlines()) if ref in wanted}
+        return NamedRefs(name=name, branch=found.get(wanted[0]), tag=found.get(wanted[2]) or found.get(wanted[1]))
 
     def ls_remote_heads(self, *, url: str, pattern: str = "*") -> dict[str, str]:
         """Branch name -> tip sha for every branch of `url` whose name matches the glob `pattern`."""

@@ -131,7 +131,8 @@ class UvLock(Model):
             kind = next(iter(pkg.source), "none")
             raise FileFormatError(
                 self.path, self.line_of(pkg.name),
-                f"{name} comes from a {kind} source, not git: add it to [tool.uv.sources] as a git branch",
+                f"{name} comes from a {kind} source, not git: declare it as a git dependency that follows a branch "
+                f'("{name} @ git+<repo>@<branch>" in [project].dependencies, or [tool.uv.sources] with branch =)',
             )
         return pkg, src
 

@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
+
+# How the consumer declares harbor. The real one (open-thoughts/OpenThoughts-Agent pyproject.toml at
+# 53265d2f) has a PEP 508 direct reference that follows a branch, which uv locks as `?rev=<branch>`;
+# `[tool.uv.sources]` with `branch =` (locked as `?branch=`) is the other shape in the field.
+ConsumerShape = Literal["direct_reference", "uv_source"]
+CONSUMER_SHAPES: tuple[ConsumerShape, ...] = ("direct_reference", "uv_source")
 
 
-def pyproject(harbor_url: str, harbor_branch: str) -> str:
+def pyproject(harbor_url: str, harbor_branch: str, shape: ConsumerShape = "direct_reference") -> str:
+    if shape == "direct_reference":
+        return f"""[project]
+name = "openthoughts-agent"
+version = "0.1.0"
+description = "Datagen and eval launchers (lockstep sandbox copy)"
+requires-python = ">=3.11"
+dependencies = [
+    "harbor[daytona] @ git+{harbor_url}@{harbor_branch}",
+]
+
+[tool.uv]
+package = false
+"""
     return f"""[project]
 name = "openthoughts-agent"
 version = "0.1.0"
@@ -44,7 +64,8 @@ COPY . /app
 """
 
 
-# Shaped like OpenThoughts-Agent's docker/build_tpu_kaniko.sh (7951edcd; ../shared/contracts/kaniko-script.md):
+# Shaped like open-thoughts/OpenThoughts-Agent's docker/build_tpu_kaniko.sh (7951edcd; be1aaff6 only adds `set +x`
+# around the auth line):
 # the destination and cache repo are literals (written for the sandbox's registry at `sandbox up`),
 # DOCKER_TOKEN is required, the crane-export-over-ubuntu recipe. Unlike that script, xtrace goes on
 # only after the token was last expanded and is off around the auth line: lockstep's pre-flight

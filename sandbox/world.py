@@ -33,6 +33,7 @@ from resources.site import (
 )
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
+from sandbox.consumer_source import ConsumerShape
 from sandbox.fake_iris import install_fake_iris
 from sandbox.jovian_world import jovian_section, jovian_up, lane_section
 from sandbox.layout import BUILD_NODE, Sandbox
@@ -131,7 +132,7 @@ def _create_harbor(sb: Sandbox) -> str:
         return _publish(repo, sb.harbor, HARBOR_BRANCH)
 
 
-def _create_consumer(sb: Sandbox, harbor_sha: str, image: str) -> str:
+def _create_consumer(sb: Sandbox, harbor_sha: str, image: str, shape: ConsumerShape) -> str:
     _init_bare(sb.consumer, CONSUMER_BRANCH)
     harbor_url = sb.url(sb.harbor)
     with _worktree(sb.consumer, None) as repo:
@@ -139,7 +140,7 @@ def _create_consumer(sb: Sandbox, harbor_sha: str, image: str) -> str:
         wt = Path(repo.working_dir)
         paths = _write(wt, {
             "README.md": consumer_source.README,
-            "pyproject.toml": consumer_source.pyproject(harbor_url, HARBOR_BRANCH),
+            "pyproject.toml": consumer_source.pyproject(harbor_url, HARBOR_BRANCH, shape),
             "docker/Dockerfile.tpu": consumer_source.dockerfile(harbor_url, harbor_sha),
             "docker/build_tpu_kaniko.sh": consumer_source.build_script(image),
         })
@@ -204,10 +205,12 @@ def use_iris_contract(root: Path, contract: str) -> None:
     _install_iris(sb, site.iris.sandbox_contract, site.registry.token_env)  # type: ignore[union-attr]
 
 
-def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
+def up(root: Path = DEFAULT_DIR, *, registry: str | None = None,
+       consumer_shape: ConsumerShape = "direct_reference") -> Sandbox:
     """Create whatever part of the sandbox is missing under `root`; return it.
 
-    `registry` (host:port of a running registry server) is used only when the site file is first written.
+    `registry` (host:port of a running registry server) is used only when the site file is first written;
+    `consumer_shape` (how the consumer's pyproject declares harbor) only when the consumer repo is created.
     """
     sb = Sandbox(root=root.resolve())
     sb.root.mkdir(parents=True, exist_ok=True)
@@ -217,7 +220,7 @@ def up(root: Path = DEFAULT_DIR, *, registry: str | None = None) -> Sandbox:
     else:
         harbor_sha = git.Repo(sb.harbor).commit(HARBOR_BRANCH).hexsha
     if not (sb.consumer / "HEAD").exists():
-        _create_consumer(sb, harbor_sha, sandbox_image(registry))
+        _create_consumer(sb, harbor_sha, sandbox_image(registry), consumer_shape)
     jovian_up(sb)
     _write_attest_pub(sb)
     if not sb.site_file.exists():

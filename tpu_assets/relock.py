@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
-from resources.git import GitRemotes, Worktree
+from resources.git import GitInputRefused, GitRemotes, NamedRefs, Worktree
 from resources.names import PathEscape, under
 from resources.secrets import redact
 from resources.site import TpuSection
 from resources.uv import GitSource, UvCli, UvLock
 from tpu_assets.dockerfile import find_pin, pin_variable, set_pin
+from tpu_assets.harbor_declaration import PYPROJECT, HarborDeclaration, read_declaration, read_pyproject
 from tpu_assets.models import HarborLock, HarborPin
 
 
@@ -31,29 +34,94 @@ def _same_repo(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
-def check_follows_branch(source: GitSource, lock: UvLock, tpu: TpuSection) -> None:
-    """The lock must follow the site's harbor branch on the site's harbor repo, or a re-lock is meaningless."""
+# An abbreviated or full commit: a ref that names one does not move, so a re-lock has nothing to follow.
+_COMMITISH = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    """What a re-lock reads from a consumer checkout: the lock, harbor's locked source and pin, how
+    pyproject.toml declares harbor, and the Dockerfile with its pin line."""
+
+    lock: UvLock
+    source: GitSource
+    pin: HarborPin
+    declared: HarborDeclaration
+    dockerfile_text: str
+    dockerfile_line: int
+
+
+def branch_refusal(kind: str | None, ref: str | None, tpu: TpuSection, refs: NamedRefs,
+                   lookup: Callable[[str], NamedRefs] | None = None) -> str | None:
+    """Why harbor pinned by `kind=ref` is not following the site's harbor branch, or None when a re-lock
+    can follow it. `refs` is what ls-remote says the site's branch name is on the site's harbor repo: a
+    PEP 508 `@ref` (uv's `rev`) is followed only when it names that branch and no tag of the same name.
+    `lookup` (ls-remote of another name) only words a refusal: is that other rev a tag or a branch?"""
+    want, repo = tpu.harbor_branch, redact(tpu.harbor_repo)
+    if kind is None or ref is None:
+        return "follows the repository's default branch, not a named one"
+    if kind == "tag":
+        return f"is pinned to tag {ref!r}, which never moves"
+    if kind == "rev" and ref != want and _COMMITISH.match(ref):
+        return f"is pinned to commit {ref[:12]}, which never moves"
+    if ref != want:
+        if kind == "rev" and lookup is not None:
+            try:
+                other = lookup(ref)
+            except GitInputRefused:
+                return f"names {ref!r}, which is not a git ref name"
+            if other.tag and not other.branch:
+                return f"is pinned to tag {ref!r}, which never moves"
+            kind = "branch" if other.branch else kind
+        return f"follows {kind} {ref!r}, but the site watches [tpu].harbor_branch = {want!r}"
+    if refs.branch is None:
+        also = " (it is a tag there, which never moves)" if refs.tag else ""
+        return f"names {ref!r}, which is not a branch of {repo} (git ls-remote){also}"
+    if kind == "rev" and refs.tag is not None:
+        return (f"names {ref!r}, which is both a branch and a tag of {repo}: a rev of that name is ambiguous "
+                "(rename the tag, or declare the branch in [tool.uv.sources] with branch =)")
+    return None
+
+
+def check_declaration(declared: HarborDeclaration, tpu: TpuSection, refs: NamedRefs,
+                      git: GitRemotes | None = None) -> None:
+    """pyproject.toml must declare harbor from the site's harbor repo, following the site's harbor branch.
+    With `git`, a refusal of another rev says whether the harbor repo has it as a tag or a branch."""
     name = tpu.harbor_package
+    if not _same_repo(declared.url, tpu.harbor_repo):
+        raise FileFormatError(
+            PYPROJECT, declared.line,
+            f"{name} comes from {redact(declared.url)}, but the site watches [tpu].harbor_repo = "
+            f"{redact(tpu.harbor_repo)}: make them the same",
+        )
+    lookup = (lambda name: git.named_refs(url=tpu.harbor_repo, name=name)) if git is not None else None
+    if why := branch_refusal(declared.ref_kind, declared.ref, tpu, refs, lookup):
+        raise FileFormatError(
+            PYPROJECT, declared.line,
+            f"{name} {why} ({declared.written}): a re-lock follows a branch. "
+            f"Fix: write {declared.following(tpu.harbor_branch)}, then run `uv lock` and commit both files",
+        )
+
+
+def check_follows_branch(state: ConsumerState, tpu: TpuSection, refs: NamedRefs,
+                         git: GitRemotes | None = None) -> None:
+    """The declaration, and the lock uv wrote from it, follow the site's harbor branch on the site's harbor
+    repo; otherwise a re-lock is meaningless. Errors name pyproject.toml's or uv.lock's line and the fix."""
+    check_declaration(state.declared, tpu, refs, git)
+    source, lock, name = state.source, state.lock, tpu.harbor_package
     line = lock.line_of(name)
-    if source.branch is None:
-        how = f"{source.pinned_by}={source.rev or source.tag}" if source.rev or source.tag else "the default branch"
-        raise FileFormatError(
-            lock.path, line,
-            f"{name} is pinned by {how} in [tool.uv.sources], not by a branch: a re-lock follows a "
-            f"branch, and there is none to follow. "
-            f'Pin it with branch = "{tpu.harbor_branch}" in pyproject.toml',
-        )
-    if source.branch != tpu.harbor_branch:
-        raise FileFormatError(
-            lock.path, line,
-            f"{name} follows branch {source.branch!r}, but the site watches [tpu].harbor_branch = "
-            f"{tpu.harbor_branch!r}: make them the same",
-        )
     if not _same_repo(source.url, tpu.harbor_repo):
         raise FileFormatError(
             lock.path, line,
-            f"{name} comes from {redact(source.url)}, but the site watches [tpu].harbor_repo = "
-            f"{redact(tpu.harbor_repo)}: make them the same",
+            f"{name} is locked from {redact(source.url)}, but the site watches [tpu].harbor_repo = "
+            f"{redact(tpu.harbor_repo)}: run `uv lock` after fixing {state.declared.where}",
+        )
+    ref = source.branch or source.rev or source.tag
+    if why := branch_refusal(source.pinned_by if ref else None, ref, tpu, refs):
+        raise FileFormatError(
+            lock.path, line,
+            f"{name} is locked by {source.pinned_by}{f'={ref}' if ref else ''} and {why}: uv.lock does not match "
+            f"{state.declared.where}; run `uv lock` there and commit it",
         )
 
 
@@ -81,31 +149,39 @@ def _text(path: Path, shown: str) -> str:
     return decode_utf8(path.read_bytes(), shown)
 
 
-def read_state(wt: Path, tpu: TpuSection) -> tuple[UvLock, GitSource, HarborPin, str, int]:
-    """Lock, its harbor source, the locked pin, the Dockerfile text and its pin line, from a checkout."""
+def read_state(wt: Path, tpu: TpuSection) -> ConsumerState:
+    """The lock, harbor's source, the locked pin, pyproject's declaration and the Dockerfile pin, from a checkout."""
     lock_path = in_checkout(wt, "uv.lock")
     if not lock_path.exists():
         raise FileFormatError("uv.lock", None, "the consumer repo has no uv.lock: run `uv lock` there once and commit it")
     lock = UvLock.read(Path("uv.lock"), lock_path.read_bytes())
     pkg, src = lock.git_package(tpu.harbor_package)
+    declared = read_declaration(read_pyproject(in_checkout(wt, PYPROJECT)), tpu.harbor_package)
     docker_path = in_checkout(wt, tpu.dockerfile)
     if not docker_path.is_file():
         raise FileFormatError(tpu.dockerfile, None, "no such file in the consumer repo (site [tpu].dockerfile)")
     docker_text = _text(docker_path, tpu.dockerfile)
     pin = find_pin(docker_text, tpu.dockerfile, pin_variable(tpu.harbor_package))
-    return lock, src, HarborPin(commit=src.commit, version=pkg.version), docker_text, pin.line
+    return ConsumerState(lock=lock, source=src, pin=HarborPin(commit=src.commit, version=pkg.version),
+                         declared=declared, dockerfile_text=docker_text, dockerfile_line=pin.line)
+
+
+def harbor_branch_refs(git: GitRemotes, tpu: TpuSection) -> NamedRefs:
+    """The site's harbor branch as the harbor repo has it (one ls-remote); refused when it does not exist."""
+    refs = git.named_refs(url=tpu.harbor_repo, name=tpu.harbor_branch)
+    if refs.branch is None:
+        raise RelockRefused(
+            f"branch {tpu.harbor_branch!r} does not exist on {redact(tpu.harbor_repo)} (site [tpu].harbor_branch)"
+        )
+    return refs
 
 
 def relock_harbor(*, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str) -> HarborLock:
     """Bring the consumer's uv.lock and Dockerfile pin to the harbor branch tip; push one commit or none."""
-    harbor_tip = git.ls_remote(url=tpu.harbor_repo, branch=tpu.harbor_branch)
-    if harbor_tip is None:
-        raise RelockRefused(
-            f"branch {tpu.harbor_branch!r} does not exist on {redact(tpu.harbor_repo)} (site [tpu].harbor_branch)"
-        )
+    refs = harbor_branch_refs(git, tpu)
     with git.checkout(url=tpu.consumer_repo, branch=tpu.consumer_branch) as wt:
         try:
-            return _relock_in(wt, tpu=tpu, git=git, uv=uv, author=author, harbor_tip=harbor_tip)
+            return _relock_in(wt, tpu=tpu, git=git, uv=uv, author=author, refs=refs)
         except FileFormatError as exc:
             raise RelockRefused(
                 f"consumer repo {redact(tpu.consumer_repo)} ({tpu.consumer_branch} @ {wt.base_sha[:8]}): "
@@ -113,26 +189,31 @@ def relock_harbor(*, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str) -
             ) from None
 
 
-def _relock_in(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str, harbor_tip: str) -> HarborLock:
-    variable = pin_variable(tpu.harbor_package)
-    lock, src, before, docker_text, docker_line = read_state(wt.path, tpu)
-    check_follows_branch(src, lock, tpu)
-    docker_pin = find_pin(docker_text, tpu.dockerfile, variable).commit
+def _relock_in(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str, refs: NamedRefs) -> HarborLock:
+    variable, harbor_tip = pin_variable(tpu.harbor_package), refs.branch
+    assert harbor_tip is not None
+    state = read_state(wt.path, tpu)
+    # Judged before uv runs: uv fetches from the URL pyproject names, so it must be the site's harbor repo.
+    check_declaration(state.declared, tpu, refs, git)
+    before, docker_pin = state.pin, find_pin(state.dockerfile_text, tpu.dockerfile, variable).commit
 
     if before.commit == harbor_tip and docker_pin == harbor_tip:
-        return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, before, docker_line, "")
+        check_follows_branch(state, tpu, refs, git)  # nothing to re-lock: the lock as it is must follow the branch
+        return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, before, state.dockerfile_line, "")
 
     uv.lock_upgrade(project_dir=wt.path, package=tpu.harbor_package)
-    new_lock, new_src, after, _, _ = read_state(wt.path, tpu)
-    check_follows_branch(new_src, new_lock, tpu)
+    new = read_state(wt.path, tpu)
+    check_follows_branch(new, tpu, refs)
+    after = new.pin
     if after.commit == before.commit and docker_pin == after.commit:
         # uv found nothing newer than the lock (the branch tip is not ahead of the locked commit).
-        return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, after, docker_line, "")
-    in_checkout(wt.path, tpu.dockerfile).write_text(set_pin(docker_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
+        return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, after, state.dockerfile_line, "")
+    in_checkout(wt.path, tpu.dockerfile).write_text(
+        set_pin(state.dockerfile_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
 
     # Re-read what will be committed: the two pins must agree before anything leaves this machine.
-    _, _, committed, new_docker, _ = read_state(wt.path, tpu)
-    if find_pin(new_docker, tpu.dockerfile, variable).commit != committed.commit:
+    committed = read_state(wt.path, tpu)
+    if find_pin(committed.dockerfile_text, tpu.dockerfile, variable).commit != committed.pin.commit:
         raise RelockRefused(f"{tpu.dockerfile} and uv.lock disagree after the re-lock: nothing was pushed")
     check = uv.lock_check(project_dir=wt.path)
     if not check.ok:
@@ -141,7 +222,8 @@ def _relock_in(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, aut
     git.commit_all(worktree=wt, message=commit_message(tpu.harbor_package, after), author=author,
                    paths=["uv.lock", tpu.dockerfile])
     pushed = git.push_fast_forward(worktree=wt)
-    return _result(tpu, wt, pushed, True, harbor_tip, before, after, docker_line, lock_diff(lock.text, new_lock.text))
+    return _result(tpu, wt, pushed, True, harbor_tip, before, after, state.dockerfile_line,
+                   lock_diff(state.lock.text, new.lock.text))
 
 
 def _result(

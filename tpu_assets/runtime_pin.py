@@ -2,56 +2,42 @@
 
 Workers `uv sync --frozen --reinstall` from the consumer's uv.lock, overwriting whatever the image
 baked (runbook §2). So moving `:tpu` back does not roll back the runtime: the lock must move too.
-A runtime pin is a re-lock to a fixed commit: `[tool.uv.sources]` pins harbor by `rev = "<sha>"`
-(so no re-lock can move it while it is pinned), `uv lock --upgrade-package harbor`, the Dockerfile's
-`HARBOR_COMMIT` set to the same sha, the same checks as a re-lock, one commit, pushed fast-forward
-only. Releasing it puts `branch = <site harbor_branch>` back and re-locks to the tip. Any failure
-before the push leaves the remote exactly as it was.
+A runtime pin is a re-lock to a fixed commit: pyproject.toml pins harbor to `<sha>` in the shape the
+consumer declares it (a direct reference's `@<branch>` becomes `@<sha>`; a `[tool.uv.sources]` entry's
+`branch =` becomes `rev = "<sha>"`: tpu_assets/harbor_declaration.py), so no re-lock can move it while
+it is pinned; then `uv lock --upgrade-package harbor`, the Dockerfile's `HARBOR_COMMIT` set to the same
+sha, the same checks as a re-lock, one commit, pushed fast-forward only. Releasing it puts the site's
+harbor branch back in the same place and re-locks to the tip. Any failure before the push leaves the
+remote exactly as it was.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from resources.errors import FileFormatError, LockstepError
-from resources.git import SHA_RE, GitRemotes, Worktree
+from resources.git import SHA_RE, GitRemotes, NamedRefs, Worktree
 from resources.secrets import redact
 from resources.site import TpuSection
 from resources.uv import UvCli
 from tpu_assets.dockerfile import find_pin, pin_variable, set_pin
+from tpu_assets.harbor_declaration import PYPROJECT, set_declared_ref
 from tpu_assets.lock_checks import pins_agree
 from tpu_assets.models import HarborLock, HarborPin
-from tpu_assets.relock import _same_repo, check_follows_branch, in_checkout, lock_diff, read_state
-
-PYPROJECT = "pyproject.toml"
+from tpu_assets.relock import (
+    ConsumerState,
+    RelockRefused,
+    _same_repo,
+    check_follows_branch,
+    harbor_branch_refs,
+    in_checkout,
+    lock_diff,
+    read_state,
+)
 
 
 class RuntimePinRefused(LockstepError):
     """The consumer repo could not be pinned (or released) safely; nothing was pushed."""
-
-
-def set_harbor_source(text: str, package: str, *, rev: str | None = None, branch: str | None = None) -> str:
-    """pyproject.toml text with `[tool.uv.sources].<package>` pinned by `rev` or following `branch`.
-
-    Only that entry's branch/rev/tag keys change (tomlkit keeps every other byte); the git URL stays.
-    """
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
-    assert (rev is None) != (branch is None)
-    try:
-        doc = tomlkit.parse(text)
-    except TOMLKitError as exc:
-        raise FileFormatError(PYPROJECT, getattr(exc, "line", None), f"not valid TOML: {exc}") from None
-    source = doc.get("tool", {}).get("uv", {}).get("sources", {}).get(package)
-    if not isinstance(source, dict) or "git" not in source:
-        raise FileFormatError(
-            PYPROJECT, None,
-            f"[tool.uv.sources] has no git source for {package}: a runtime pin moves that source's rev",
-        )
-    for key in ("branch", "rev", "tag"):
-        if key in source:
-            del source[key]
-    source["rev" if rev else "branch"] = rev or branch
-    return tomlkit.dumps(doc)
 
 
 def pin_message(package: str, pin: HarborPin, build: str) -> str:
@@ -69,36 +55,39 @@ def pin_runtime(*, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str, har
     if not SHA_RE.match(harbor_commit):  # it becomes a pyproject value and a Dockerfile line
         raise RuntimePinRefused(f"{harbor_commit!r} is not a full 40-hex commit sha: nothing was pushed")
     with git.checkout(url=tpu.consumer_repo, branch=tpu.consumer_branch) as wt:
-        lock, src, before, _, _ = _state(wt, tpu)
-        if not _same_repo(src.url, tpu.harbor_repo):
-            raise _refused(tpu, wt, f"uv.lock takes {tpu.harbor_package} from {redact(src.url)}, not the site's "
-                                    f"[tpu].harbor_repo {redact(tpu.harbor_repo)}")
-        if src.rev == harbor_commit and before.commit == harbor_commit:
-            return _result(tpu, wt, wt.base_sha, False, harbor_commit, before, before, "")
-        return _lock_and_push(wt, tpu=tpu, git=git, uv=uv, author=author, before=before, before_text=lock.text,
-                              source={"rev": harbor_commit}, expect=harbor_commit,
-                              message=lambda pin: pin_message(tpu.harbor_package, pin, build))
+        state = _state(wt, tpu)
+        if state.source.rev == harbor_commit and state.pin.commit == harbor_commit:
+            return _result(tpu, wt, wt.base_sha, False, harbor_commit, state.pin, state.pin, "")
+        return _lock_and_push(wt, tpu=tpu, git=git, uv=uv, author=author, before=state, ref={"rev": harbor_commit},
+                              refs=None, message=lambda pin: pin_message(tpu.harbor_package, pin, build))
 
 
 def release_runtime(*, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str) -> HarborLock:
-    """Put the branch source back and re-lock to the harbor branch tip; push one commit."""
-    tip = git.ls_remote(url=tpu.harbor_repo, branch=tpu.harbor_branch)
-    if tip is None:
-        raise RuntimePinRefused(f"branch {tpu.harbor_branch!r} does not exist on {redact(tpu.harbor_repo)}: "
-                                "the hold stays set, nothing was pushed")
-    with git.checkout(url=tpu.consumer_repo, branch=tpu.consumer_branch) as wt:
-        lock, _, before, _, _ = _state(wt, tpu)
-        result = _lock_and_push(wt, tpu=tpu, git=git, uv=uv, author=author, before=before, before_text=lock.text,
-                                source={"branch": tpu.harbor_branch}, expect=None,
-                                message=lambda pin: release_message(tpu.harbor_package, pin, tpu.harbor_branch))
-        return result.model_copy(update={"harbor_tip": tip})
-
-
-def _state(wt: Worktree, tpu: TpuSection):  # type: ignore[no-untyped-def]
+    """Put the site's branch back in pyproject and re-lock to the harbor branch tip; push one commit."""
     try:
-        return read_state(wt.path, tpu)
+        refs = harbor_branch_refs(git, tpu)
+    except RelockRefused as exc:
+        raise RuntimePinRefused(f"{exc}: the hold stays set, nothing was pushed") from None
+    with git.checkout(url=tpu.consumer_repo, branch=tpu.consumer_branch) as wt:
+        state = _state(wt, tpu)
+        result = _lock_and_push(wt, tpu=tpu, git=git, uv=uv, author=author, before=state,
+                                ref={"branch": tpu.harbor_branch}, refs=refs,
+                                message=lambda pin: release_message(tpu.harbor_package, pin, tpu.harbor_branch))
+        return result.model_copy(update={"harbor_tip": refs.branch})
+
+
+def _state(wt: Worktree, tpu: TpuSection) -> ConsumerState:
+    """The checkout's state, refused unless both the lock and pyproject take harbor from the site's harbor
+    repo: uv fetches from the URL pyproject names."""
+    try:
+        state = read_state(wt.path, tpu)
     except FileFormatError as exc:
         raise _refused(tpu, wt, str(exc)) from None
+    for what, url in (("uv.lock takes", state.source.url), (f"{state.declared.where} declares", state.declared.url)):
+        if not _same_repo(url, tpu.harbor_repo):
+            raise _refused(tpu, wt, f"{what} {tpu.harbor_package} from {redact(url)}, not the site's "
+                                    f"[tpu].harbor_repo {redact(tpu.harbor_repo)}")
+    return state
 
 
 def _refused(tpu: TpuSection, wt: Worktree, why: str) -> RuntimePinRefused:
@@ -106,22 +95,24 @@ def _refused(tpu: TpuSection, wt: Worktree, why: str) -> RuntimePinRefused:
                              f"{why}. Nothing was pushed.")
 
 
-def _lock_and_push(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str, before: HarborPin,
-                   before_text: str, source: dict[str, str], expect: str | None, message) -> HarborLock:  # type: ignore[no-untyped-def]
-    """Re-point the source, re-lock, set the Dockerfile pin, run a re-lock's checks, commit, push fast-forward."""
+def _lock_and_push(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, author: str, before: ConsumerState,
+                   ref: dict[str, str], refs: NamedRefs | None, message: Callable[[HarborPin], str]) -> HarborLock:
+    """Re-point pyproject's harbor at `ref` (a pin's `rev`, or the release's `branch`), re-lock, set the
+    Dockerfile pin, run a re-lock's checks (for a release, `refs`: the branch must be followed again),
+    commit, push fast-forward."""
     pyproject = in_checkout(wt.path, PYPROJECT)
     try:
-        pyproject.write_text(set_harbor_source(pyproject.read_text(encoding="utf-8"), tpu.harbor_package, **source),
+        pyproject.write_text(set_declared_ref(pyproject.read_text(encoding="utf-8"), tpu.harbor_package, **ref),
                              encoding="utf-8")
         uv.lock_upgrade(project_dir=wt.path, package=tpu.harbor_package)
-        new_lock, new_src, after, docker_text, _ = read_state(wt.path, tpu)
-        if expect is None:
-            check_follows_branch(new_src, new_lock, tpu)
-        elif after.commit != expect:
-            raise _refused(tpu, wt, f"uv locked {tpu.harbor_package} {after.commit[:8]}, not the pinned {expect[:8]}")
+        new = read_state(wt.path, tpu)
+        if refs is not None:
+            check_follows_branch(new, tpu, refs)
+        elif new.pin.commit != ref["rev"]:
+            raise _refused(tpu, wt, f"uv locked {tpu.harbor_package} {new.pin.commit[:8]}, not the pinned {ref['rev'][:8]}")
         variable = pin_variable(tpu.harbor_package)
         docker_path = in_checkout(wt.path, tpu.dockerfile)
-        docker_path.write_text(set_pin(docker_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
+        docker_path.write_text(set_pin(new.dockerfile_text, tpu.dockerfile, variable, new.pin.commit), encoding="utf-8")
         agree = pins_agree(in_checkout(wt.path, "uv.lock").read_text(encoding="utf-8"),
                            docker_path.read_text(encoding="utf-8"), tpu)
         if not agree.passed:
@@ -132,9 +123,9 @@ def _lock_and_push(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli,
     check = uv.lock_check(project_dir=wt.path)
     if not check.ok:
         raise _refused(tpu, wt, f"`uv lock --check` fails on the pinned tree:\n{check.output}")
-    git.commit_all(worktree=wt, message=message(after), author=author, paths=[PYPROJECT, "uv.lock", tpu.dockerfile])
+    git.commit_all(worktree=wt, message=message(new.pin), author=author, paths=[PYPROJECT, "uv.lock", tpu.dockerfile])
     pushed = git.push_fast_forward(worktree=wt)
-    return _result(tpu, wt, pushed, True, after.commit, before, after, lock_diff(before_text, new_lock.text))
+    return _result(tpu, wt, pushed, True, new.pin.commit, before.pin, new.pin, lock_diff(before.lock.text, new.lock.text))
 
 
 def _result(tpu: TpuSection, wt: Worktree, commit: str, pushed: bool, tip: str, before: HarborPin, after: HarborPin,

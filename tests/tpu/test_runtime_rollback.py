@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
 from resources.uv import UvLock, uv_binary
-from sandbox.world import Sandbox, advance_harbor
+from sandbox.consumer_source import CONSUMER_SHAPES, ConsumerShape
+from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor, up
 from tests.conftest import remote_file, remote_head
 from tests.runs import Pipeline, failure_message, materialize
 from tpu_assets.definitions import harbor_sensor
@@ -27,7 +28,7 @@ from tpu_assets.dockerfile import find_pin
 from tpu_assets.harbor_hold import HOLD, LOCK_ACTION, read_hold
 from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK
 
-pytestmark = pytest.mark.heavy(120)  # seconds, about, unloaded (two tests, two builds each)
+pytestmark = pytest.mark.heavy(180)  # seconds, about, unloaded (three tests, two builds each)
 
 
 def promoted(p: Pipeline, *, fix: bool = False) -> tuple[str, str]:
@@ -80,10 +81,22 @@ def release(p: Pipeline) -> dg.ExecuteInProcessResult:
                        run_config={"ops": {"tpu__harbor_lock": {"config": {"release_hold": True}}}})
 
 
+@pytest.fixture(params=CONSUMER_SHAPES)
+def consumer_shape(request: pytest.FixtureRequest) -> ConsumerShape:
+    return request.param
+
+
+@pytest.fixture
+def sb(tmp_path: Path, consumer_shape: ConsumerShape) -> Sandbox:
+    """The whole TPU flow runs against a consumer in each shape in the field (the default is the real one's)."""
+    return up(tmp_path / "sandbox", consumer_shape=consumer_shape)
+
+
 def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_the_tip(
-    pipeline: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pipeline: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, consumer_shape: ConsumerShape
 ) -> None:
     p = pipeline
+    declared = remote_file(p.sb.consumer, "pyproject.toml")
     good, b1 = promoted(p, fix=True)
     bad, b2 = promoted(p)  # the bad harbor change: verified, promoted, locked
     assert locked(p.sb) == bad and p.floating() == p.pinned(b2)
@@ -116,7 +129,11 @@ def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_
     head = remote_head(p.sb.consumer)
     assert head != before_plan and git.Repo(p.sb.consumer).commit(head).parents[0].hexsha == before_plan
     assert locked(p.sb) == good and baked_pin(p.sb) == good  # uv.lock and HARBOR_COMMIT in lockstep
-    assert f'rev = "{good}"' in remote_file(p.sb.consumer, "pyproject.toml")
+    pinned = remote_file(p.sb.consumer, "pyproject.toml")  # pinned in the shape the consumer declares harbor
+    if consumer_shape == "direct_reference":
+        assert pinned == declared.replace(f"@{HARBOR_BRANCH}\"", f'@{good}"')
+    else:
+        assert pinned == declared.replace(f'branch = "{HARBOR_BRANCH}"', f'rev = "{good}"')
     assert installed_by_fresh_sync(p.sb, tmp_path) == good  # a new worker launch runs the old harbor
 
     # The hold is on tpu/harbor_lock, beside the commit it protects.
@@ -137,7 +154,7 @@ def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_
     released = release(p)
     assert released.success, failure_message(released)
     assert locked(p.sb) == tip and baked_pin(p.sb) == tip
-    assert 'branch = "' in remote_file(p.sb.consumer, "pyproject.toml")
+    assert remote_file(p.sb.consumer, "pyproject.toml") == declared  # following the branch again, as before
     assert not read_hold(p.instance, HARBOR_LOCK).held and lock_records(p)[0][LOCK_ACTION] == "release_hold"
     assert not release(p).success  # no hold left to release
     after = advance_harbor(p.sb.root)
@@ -145,6 +162,7 @@ def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_
     assert request.run_key == f"harbor:{after}"
 
 
+@pytest.mark.parametrize("consumer_shape", ["direct_reference"])  # the pin's edit is the first test's, in each shape
 def test_scope_image_leaves_the_lock_alone_and_a_refused_pin_after_the_image_move_says_so(pipeline: Pipeline) -> None:
     p = pipeline
     good, b1 = promoted(p, fix=True)

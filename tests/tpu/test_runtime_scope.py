@@ -1,39 +1,12 @@
-"""The plain rules of a runtime rollback: which scope does what, and the pyproject edit that pins harbor."""
+"""The plain rules of a runtime rollback: which scope does what (the pyproject edit that pins harbor:
+tests/tpu/test_harbor_declaration.py)."""
 
 from __future__ import annotations
 
-import tomllib
-
-import pytest
-
-from resources.errors import FileFormatError
 from tpu_assets.rollback import TagMove, VerifiedBuild, plan_rollback
-from tpu_assets.runtime_pin import set_harbor_source
 from tpu_assets.runtime_rollback import resolve_scope, scope_summary
 
 H1, H2 = "1" * 40, "2" * 40
-PYPROJECT = """[project]
-name = "consumer"  # a comment that must survive
-dependencies = ["harbor[daytona]"]
-
-[tool.uv.sources]
-harbor = { git = "https://github.com/marin-community/harbor", branch = "penfever/working" }
-other = { path = "../other" }
-"""
-
-
-def test_pinning_by_rev_changes_only_harbors_branch_key_and_release_puts_the_branch_back() -> None:
-    pinned = set_harbor_source(PYPROJECT, "harbor", rev=H1)
-    source = tomllib.loads(pinned)["tool"]["uv"]["sources"]["harbor"]
-    assert source == {"git": "https://github.com/marin-community/harbor", "rev": H1}
-    assert "# a comment that must survive" in pinned and 'other = { path = "../other" }' in pinned
-    released = set_harbor_source(pinned, "harbor", branch="penfever/working")
-    assert tomllib.loads(released) == tomllib.loads(PYPROJECT)
-
-
-def test_a_pyproject_without_a_git_source_for_harbor_is_refused_naming_the_file() -> None:
-    with pytest.raises(FileFormatError, match=r"pyproject.toml: \[tool.uv.sources\] has no git source for harbor"):
-        set_harbor_source(PYPROJECT.replace("harbor = {", "harbor2 = {"), "harbor", rev=H1)
 
 
 def test_auto_scope_pins_the_runtime_only_when_the_target_bakes_another_harbor() -> None:
