@@ -36,7 +36,9 @@ def test_up_creates_real_repos_and_a_valid_site_and_is_idempotent(tmp_path: Path
     # The consumer locks harbor by branch, and its Dockerfile bakes the same commit.
     lock = UvLock.read(Path("uv.lock"), remote_file(consumer, "uv.lock"))
     pkg, src = lock.git_package("harbor")
-    assert (pkg.version, src.branch, src.commit) == ("0.8.0", "penfever/working", heads[0])
+    # The real consumer's shape: a direct reference following the branch, which uv locks as a rev.
+    assert (pkg.version, src.rev, src.commit) == ("0.8.0", "penfever/working", heads[0])
+    assert f'"harbor[daytona] @ git+{harbor.as_uri()}@penfever/working"' in remote_file(consumer, "pyproject.toml")
     dockerfile = remote_file(consumer, "docker/Dockerfile.tpu")
     assert f"ENV HARBOR_COMMIT={heads[0]}" in dockerfile and "--force-reinstall" in dockerfile
     assert ': "${GITSHA:?' in remote_file(consumer, "docker/build_tpu_kaniko.sh")
@@ -47,6 +49,16 @@ def test_up_creates_real_repos_and_a_valid_site_and_is_idempotent(tmp_path: Path
     raises = [n for n, line in enumerate(lines, 1) if "raise FileExistsError" in line]
     assert GUARD + BUG in job + "\n" and guard + 1 in raises  # the bug: a raise at the guard
     assert max(raises) - guard > 400  # and the legitimate per-trial raise far below
+
+
+def test_up_makes_the_other_consumer_shape_when_asked(tmp_path: Path) -> None:
+    root = tmp_path / "sb"
+    run("sandbox", "up", "--dir", str(root), "--consumer-shape", "uv_source")
+    consumer = root / "repos/openthoughts-agent.git"
+    pyproject = remote_file(consumer, "pyproject.toml")
+    assert "[tool.uv.sources]" in pyproject and 'branch = "penfever/working"' in pyproject and "git+" not in pyproject
+    src = UvLock.read(Path("uv.lock"), remote_file(consumer, "uv.lock")).git_package("harbor")[1]
+    assert (src.branch, src.rev) == ("penfever/working", None)
 
 
 def test_advance_harbor_bumps_version_or_not_and_can_fix(tmp_path: Path) -> None:
