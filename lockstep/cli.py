@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from lockstep.site_cmd import site as site_group
 from resources.errors import LockstepError
 
 
@@ -479,3 +480,6 @@ def lab_dep_table(tree: Path) -> None:
         if row.unresolved:
             click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved "
                        + ", ".join(shown_variable(v) for v in row.unresolved), err=True)
+
+
+main.add_command(site_group)

@@ -7,7 +7,6 @@ and the values are read when needed, never written back or logged.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
@@ -31,14 +30,12 @@ from resources.names import (
     DEFAULT_SCHEMES,
     IRIS_NAME,
     KNOWN_SCHEMES,
-    NameRefused,
     check_url,
-    url_scheme,
 )
-from resources.secrets import redact
 from resources.site_alerts import AlertsSection
 from resources.site_attest import AttestSection, trusted_keys
 from resources.site_cache import SiteCache, stamp_of
+from resources.site_errors import first_problem
 from resources.site_fields import (
     Branch,
     NodeName,
@@ -49,24 +46,26 @@ from resources.site_fields import (
     Table,
     checked,
     placeholders,
+    site_relative,
 )
 from resources.site_jovian import JovianSection
 from resources.site_promotion import PromotionSection
 from resources.site_rules import (
     KeyRefused,
+    across_tables,
     check_host,
     check_image_repository,
     check_oci_tag,
     check_size,
     check_user,
+    refuse,
+    repository_urls,
 )
-from resources.tomlfile import SECRET_KEY, key_line, load_toml
+from resources.tomlfile import load_toml
 
 DEFAULT_SITE = Path(".sandbox") / "site.toml"
 SITE_ENV = "LOCKSTEP_SITE"
 
-# A key whose name says it holds a credential: its value must live in the environment.
-_SECRETISH = SECRET_KEY
 
 class SiteSection(Table):
     """``[site]``: who this site is and who owns what lockstep makes."""
@@ -190,14 +189,17 @@ class IrisSection(Table):
 
     @model_validator(mode="after")
     def _one_target(self) -> IrisSection:
+        problems: list[KeyRefused] = []
         given = [k for k in ("cluster", "config", "controller_url") if getattr(self, k) is not None]
         if len(given) != 1:
             where: tuple[str, ...] = (given[1],) if given else ()
-            raise KeyRefused(where, f"set exactly one of cluster, config, controller_url (got {', '.join(given) or 'none'})")
+            problems.append(KeyRefused(
+                where, f"set exactly one of cluster, config, controller_url (got {', '.join(given) or 'none'})"))
         if self.poll_min_s > self.poll_max_s:
-            raise KeyRefused(
+            problems.append(KeyRefused(
                 ("poll_min_s",), f"poll_min_s ({self.poll_min_s:g}) must not exceed poll_max_s ({self.poll_max_s:g})"
-            )
+            ))
+        refuse(problems)
         return self
 
 
@@ -293,10 +295,13 @@ class SparkSection(Table):
     @model_validator(mode="after")
     def _unique(self) -> SparkSection:
         seen: set[str] = set()
+        problems: list[KeyRefused] = []
         for i, node in enumerate(self.nodes):
             if node.name in seen:
-                raise KeyRefused(("nodes", i, "name"), f"node name {node.name!r} appears more than once: names must be unique")
+                problems.append(KeyRefused(
+                    ("nodes", i, "name"), f"node name {node.name!r} appears more than once: names must be unique"))
             seen.add(node.name)
+        refuse(problems)
         return self
 
     def node(self, name: str) -> SparkNode:
@@ -349,37 +354,12 @@ class SiteConfig(Table):
 
     @model_validator(mode="after")
     def _across_tables(self) -> SiteConfig:
-        allowed = self.site.url_schemes
-        for key, url in self.repository_urls().items():
-            if url_scheme(url) not in allowed:
-                raise KeyRefused(key, (
-                    f"repository URL {redact(url)!r} uses {url_scheme(url)!r}; this site allows "
-                    f"{', '.join(allowed)} ([site] url_schemes)"
-                ))
-        if self.jovian is not None:
-            have = [n.name for n in self.spark.nodes] if self.spark else []
-            named: list[tuple[tuple[str | int, ...], str]] = []
-            if self.jovian.build_node is not None:
-                named.append((("jovian", "build_node"), self.jovian.build_node))
-            if self.jovian.lane is not None:
-                named += [(("jovian", "lane", "nodes", i), n) for i, n in enumerate(self.jovian.lane.nodes)]
-            for key, name in named:
-                if name not in have:
-                    known = f"the [[spark.nodes]] are {', '.join(have)}" if have else "the site has no [[spark.nodes]]"
-                    raise KeyRefused(key, f"node {name!r} is not a [[spark.nodes]] name ({known})")
-            if self.jovian.distribute == "relay" and self.jovian.lane is not None and self.spark is not None:
-                from resources.spark.relay import relay_site_rule
-
-                if refused := relay_site_rule(self.spark.nodes, self.jovian.lane.nodes):
-                    raise KeyRefused(("spark", *refused[0]), refused[1])
+        refuse(across_tables({name: getattr(self, name) for name in ("site", "tpu", "jovian", "spark")}))
         return self
 
     def repository_urls(self) -> dict[tuple[str, ...], str]:
         """Every repository URL the site names, by (table, key): what git may be asked to reach."""
-        urls = {("tpu", "harbor_repo"): self.tpu.harbor_repo, ("tpu", "consumer_repo"): self.tpu.consumer_repo}
-        if self.jovian is not None:
-            urls |= {("jovian", "lab_repo"): self.jovian.lab_repo, ("jovian", "build_repo"): self.jovian.build_repo}
-        return urls
+        return repository_urls({"tpu": self.tpu, "jovian": self.jovian})
 
     @property
     def path(self) -> Path:
@@ -393,8 +373,7 @@ class SiteConfig(Table):
 
     def resolve_path(self, value: str) -> Path:
         """A path from the site file: relative ones are relative to the file itself."""
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else (self._path.parent / p).resolve()
+        return site_relative(self._path, value)
 
     def owners(self, location: Literal["tpu", "jovian"]) -> list[str]:
         """The owners of a code location's assets: its own table's, else [site] owners."""
@@ -414,65 +393,9 @@ class SiteConfig(Table):
         return names
 
 
-def _table_name(table: tuple[str, ...]) -> str:
-    """`("spark", "nodes", "1")` -> `[[spark.nodes]] #2`, as a person finds it in the file."""
-    if table and table[-1].isdigit():
-        return f"[[{'.'.join(p for p in table[:-1] if not p.isdigit())}]] #{int(table[-1]) + 1}"
-    return f"[{'.'.join(p for p in table if not p.isdigit())}]"
-
-
-def _line(text: str, loc: tuple[str, ...]) -> int | None:
-    """The line of the key at `loc`; failing that (an inline table, a dotted key), of the nearest
-    enclosing key or table header that is in the file."""
-    for n in range(len(loc), 0, -1):
-        table, key = loc[: n - 1], loc[n - 1]
-        if (line := key_line(text, table, key)) is not None:
-            return line
-    return None
-
-
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
-    errors = exc.errors()
-    # A misspelt key is both unknown and (as the key it should be) missing: name the one in the file.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    raw = list(err["loc"])
-    cause = (err.get("ctx") or {}).get("error")
-    if isinstance(cause, KeyRefused):  # a rule over several keys names the key to fix
-        raw += list(cause.key)
-    while len(raw) > 1 and isinstance(raw[-1], int):  # an item of a value list: point at the list's key
-        raw.pop()
-    loc = tuple(str(p) for p in raw)
-    msg = redact(err["msg"].removeprefix("Value error, "))
-    whole_table = (
-        not cause.key
-        if isinstance(cause, KeyRefused)
-        else isinstance(err.get("input"), dict) and err["type"] not in ("missing", "extra_forbidden")
-    )
-    if whole_table:
-        # A rule over a whole table (a model validator): point at the table's header, not at a key.
-        return FileFormatError(path, _line(text, loc) or 1, f"{_table_name(loc) if loc else 'site file'}: {msg}")
-    table, key = loc[:-1], loc[-1] if loc else None
-    # A key (or table) missing from a table that is not in the file either: the file as a whole, line 1.
-    line = _line(text, loc) or 1
-    dotted = f"{_table_name(table)} {key}" if table else f"[{key}]" if err["type"] == "missing" else str(key)
-    if err["type"] == "extra_forbidden":
-        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
-        close = difflib.get_close_matches(str(key), missing, n=1)
-        hint = (
-            f" (did you mean {close[0]}?)" if close
-            else " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
-        )
-        if key and _SECRETISH.search(key):
-            hint = f" (secrets are never stored in the site file: put the NAME of an environment variable in {key}_env)"
-        return FileFormatError(path, line, f"{dotted}: unknown key{hint}")
-    if err["type"] == "missing":
-        return FileFormatError(path, line, f"{dotted}: required {'key' if table else 'table'} is missing")
-    value = err.get("input")
-    secretish = key is not None and (key.endswith("_env") or _SECRETISH.search(key) is not None)
-    # The name rules and the cross-key rules show the value in their own words.
-    says_value = isinstance(cause, NameRefused | KeyRefused)
-    shown = "" if secretish or says_value else f" (got {redact(repr(value))})"
-    return FileFormatError(path, line, f"{dotted}: {msg}{shown}")
+    """The one error a load raises (`lockstep site check` lists them all: resources/site_check.py)."""
+    return first_problem(exc.errors(), path, text).error()
 
 
 _SITE_CACHE = SiteCache()

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, HttpUrl, model_validator
 
 from resources.site_fields import Table
-from resources.site_rules import KeyRefused
+from resources.site_rules import KeyRefused, refuse
 
 AlertKind = Literal["run_failure", "check_failure", "hold", "tag_moved", "branch_gone"]
 ALL_KINDS: tuple[AlertKind, ...] = ("run_failure", "check_failure", "hold", "tag_moved", "branch_gone")
@@ -41,10 +41,12 @@ class AlertsSection(Table):
     @model_validator(mode="after")
     def _unique(self) -> AlertsSection:
         seen: set[str] = set()
+        problems: list[KeyRefused] = []
         for i, hook in enumerate(self.webhook):
             if hook.name in seen:
-                raise KeyRefused(("webhook", i, "name"), f"webhook name {hook.name!r} appears more than once")
+                problems.append(KeyRefused(("webhook", i, "name"), f"webhook name {hook.name!r} appears more than once"))
             seen.add(hook.name)
+        refuse(problems)
         return self
 
     def link(self, path: str) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from resources.errors import FileFormatError
-from resources.site_fields import Table
+from resources.site_fields import Table, site_relative
 from resources.tomlfile import key_line
 
 # The key parsers (resources.attest, and cryptography behind it) load when a site names a trusted key.
@@ -57,21 +57,29 @@ class AttestSection(Table):
 
 def trusted_keys(site: SiteConfig) -> list[TrustedKey]:
     """The keys `[attest] trusted_keys` names, read and checked; FileFormatError names the site file's line."""
-    from resources.attest import AttestError, load_public_key
     assert site.attest is not None
-    keys = []
-    for n, entry in enumerate(site.attest.trusted_keys, start=1):
+    keys, problems = read_trusted_keys(site.attest, site.path)
+    if problems:
+        raise problems[0]
+    return keys
+
+
+def read_trusted_keys(attest: AttestSection, site_path: Path) -> tuple[list[TrustedKey], list[FileFormatError]]:
+    """Every key `attest` names (paths relative to the site file at `site_path`), and every one that is not
+    a usable public key as a FileFormatError at the site file's line."""
+    from resources.attest import AttestError, load_public_key
+    keys, problems = [], []
+    for n, entry in enumerate(attest.trusted_keys, start=1):
         text = entry.strip()
         try:
             if text.startswith(_PEM):
                 keys.append(load_public_key(text.encode(), source=f"[attest] trusted_keys #{n} (inline)"))
                 continue
-            path = site.resolve_path(text)
+            path = site_relative(site_path, text)
             keys.append(load_public_key(_read_key_file(path), source=str(path)))
         except AttestError as exc:
-            line = _line(site)
-            raise FileFormatError(site.path, line, f"[attest] trusted_keys #{n}: {exc}") from None
-    return keys
+            problems.append(FileFormatError(site_path, _line(site_path), f"[attest] trusted_keys #{n}: {exc}"))
+    return keys, problems
 
 
 def _read_key_file(path: Path) -> bytes:
@@ -86,8 +94,8 @@ def _read_key_file(path: Path) -> bytes:
         raise AttestError(f"{path} cannot be read ({exc.strerror})") from None
 
 
-def _line(site: SiteConfig) -> int | None:
+def _line(site_path: Path) -> int | None:
     try:
-        return key_line(site.path.read_text(encoding="utf-8"), ("attest",), "trusted_keys")
+        return key_line(site_path.read_text(encoding="utf-8"), ("attest",), "trusted_keys")
     except OSError:
         return None

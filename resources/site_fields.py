@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 from dagster._core.definitions.utils import is_valid_owner
@@ -32,6 +33,12 @@ class Table(Model):
                 "never the secret itself"
             )
         return value
+
+
+def site_relative(site_file: Path, value: str) -> Path:
+    """A path from the site file: relative ones are relative to the file itself."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (site_file.parent / p).resolve()
 
 
 def check_owners(value: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ from resources.site_fields import (
     checked,
     placeholders,
 )
-from resources.site_rules import KeyRefused, check_env_key, check_local_image_tag
+from resources.site_rules import KeyRefused, check_env_key, check_local_image_tag, refuse
 
 DEFAULT_VERSIONS_KEYS = {
     "vllm.commit": "VLLM_COMMIT", "vllm.tree": "VLLM_TREE", "vllm.version": "VLLM_PRETEND_VERSION",
@@ -93,13 +93,16 @@ class JovianSection(Table):
     @model_validator(mode="after")
     def _one_lineage_per_rev(self) -> JovianSection:
         seen: dict[tuple[str | int, ...], Lineage] = {}
+        problems: list[KeyRefused] = []
         for i, lineage in enumerate(self.lineages):
             key = rev_order(lineage.from_rev)
             if key in seen:
-                raise KeyRefused(("lineages", i, "from_rev"), (
+                problems.append(KeyRefused(("lineages", i, "from_rev"), (
                     f"from_rev {lineage.from_rev!r} already starts lineage {seen[key].dir!r}: one rev cannot build "
-                    "from two dirs; give each lineage its own first rev"))
-            seen[key] = lineage
+                    "from two dirs; give each lineage its own first rev")))
+            else:
+                seen[key] = lineage
+        refuse(problems)
         return self
 
     def build_dir_for(self, rev: str) -> str:

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from resources.names import NameRefused
 from resources.site_fields import Table, checked
-from resources.site_rules import KeyRefused
+from resources.site_rules import KeyRefused, refuse
 
 # A window may recur at most this often and last at most this long: past that it is a typo
 # (a year-long weekly freeze), and the walk that finds a chained window's end stays short.
@@ -115,8 +115,10 @@ class PromotionSection(Table):
     @model_validator(mode="after")
     def _unique(self) -> PromotionSection:
         seen: set[str] = set()
+        problems: list[KeyRefused] = []
         for i, window in enumerate(self.freeze):
             if window.name in seen:
-                raise KeyRefused(("freeze", i, "name"), f"freeze name {window.name!r} appears more than once")
+                problems.append(KeyRefused(("freeze", i, "name"), f"freeze name {window.name!r} appears more than once"))
             seen.add(window.name)
+        refuse(problems)
         return self

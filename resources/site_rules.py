@@ -2,12 +2,16 @@
 
 Each check takes the value from the file and returns it or raises a ValueError whose message shows
 the value, so the site loader can add the file and line. `KeyRefused` is for the rules that look
-across keys (a node named in [jovian] that [spark] lacks): it says which key the person must fix.
+across keys (a node named in [jovian] that [spark] lacks): it says which key the person must fix;
+`across_tables` holds the rules that look across tables, which SiteConfig and `lockstep site check`
+both apply.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from resources.names import NameRefused
 
@@ -15,11 +19,77 @@ from resources.names import NameRefused
 
 
 class KeyRefused(ValueError):
-    """A rule over several keys broke; `key` is where to fix it, relative to the table that checked."""
+    """A rule over several keys broke; `key` is where to fix it, relative to the table that checked.
+
+    `others`: the problems the same check found after this one (see `refuse`).
+    """
 
     def __init__(self, key: tuple[str | int, ...], message: str) -> None:
         super().__init__(message)
         self.key = key
+        self.others: tuple[KeyRefused, ...] = ()
+
+
+def refuse(problems: Sequence[KeyRefused]) -> None:
+    """Raise the first of `problems`, carrying the rest.
+
+    pydantic keeps one error per validator call, and a load names only the first; `lockstep site check`
+    reads `others` to name every problem the rule found, each with its own key.
+    """
+    if problems:
+        first = problems[0]
+        first.others = tuple(problems[1:])
+        raise first
+
+
+def repository_urls(tables: Mapping[str, Any]) -> dict[tuple[str, ...], str]:
+    """Every repository URL the site's `tables` name (as [tpu] and [jovian] models), by (table, key)."""
+    urls: dict[tuple[str, ...], str] = {}
+    if (tpu := tables.get("tpu")) is not None:
+        urls |= {("tpu", "harbor_repo"): tpu.harbor_repo, ("tpu", "consumer_repo"): tpu.consumer_repo}
+    if (jovian := tables.get("jovian")) is not None:
+        urls |= {("jovian", "lab_repo"): jovian.lab_repo, ("jovian", "build_repo"): jovian.build_repo}
+    return urls
+
+
+def across_tables(tables: Mapping[str, Any]) -> list[KeyRefused]:
+    """Every broken rule that spans tables, in the order a load reports them; keys from the file's top.
+
+    `tables`: the site's tables by name, as validated models (an optional table the file leaves out
+    is there as None). A table that failed its own checks is left out of `tables`, and a rule that
+    needs it is skipped: its problems are that table's errors.
+    """
+    from resources.names import url_scheme
+    from resources.secrets import redact
+
+    problems: list[KeyRefused] = []
+    if (site := tables.get("site")) is not None:
+        allowed = site.url_schemes
+        for key, url in repository_urls(tables).items():
+            if url_scheme(url) not in allowed:
+                problems.append(KeyRefused(key, (
+                    f"repository URL {redact(url)!r} uses {url_scheme(url)!r}; this site allows "
+                    f"{', '.join(allowed)} ([site] url_schemes)"
+                )))
+    jovian, spark = tables.get("jovian"), tables.get("spark")
+    if jovian is None or "spark" not in tables:
+        return problems
+    have = [n.name for n in spark.nodes] if spark else []
+    named: list[tuple[tuple[str | int, ...], str]] = []
+    if jovian.build_node is not None:
+        named.append((("jovian", "build_node"), jovian.build_node))
+    if jovian.lane is not None:
+        named += [(("jovian", "lane", "nodes", i), n) for i, n in enumerate(jovian.lane.nodes)]
+    for key, name in named:
+        if name not in have:
+            known = f"the [[spark.nodes]] are {', '.join(have)}" if have else "the site has no [[spark.nodes]]"
+            problems.append(KeyRefused(key, f"node {name!r} is not a [[spark.nodes]] name ({known})"))
+    if jovian.distribute == "relay" and jovian.lane is not None and spark is not None:
+        from resources.spark.relay import relay_site_problems
+
+        problems += [KeyRefused(("spark", *key), message)
+                     for key, message in relay_site_problems(spark.nodes, jovian.lane.nodes)]
+    return problems
 
 
 # iris reads --memory/--disk with humanfriendly.parse_size(binary=True) (lib/iris/src/iris/cluster/

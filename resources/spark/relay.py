@@ -79,9 +79,16 @@ class RelayHop(BaseModel):
 
 def relay_site_rule(nodes: Sequence[Any], chain: Sequence[str]) -> tuple[tuple[str | int, ...], str] | None:
     """Why the [[spark.nodes]] cannot carry a relay along `chain` (the key to fix, relative to [spark], and
-    what to do), or None. Every node but the last forwards, so it needs relay_key and relay_known_hosts;
-    every node but the first is reached by a node's ssh, so it needs a host."""
+    what to do), or None: the first of `relay_site_problems`."""
+    return next(iter(relay_site_problems(nodes, chain)), None)
+
+
+def relay_site_problems(nodes: Sequence[Any], chain: Sequence[str]) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every reason the [[spark.nodes]] cannot carry a relay along `chain`, each as (the key to fix, relative
+    to [spark], what to do). Every node but the last forwards, so it needs relay_key and relay_known_hosts;
+    every node but the first is reached by a node's ssh, so it needs to be an ssh node."""
     index = {n.name: i for i, n in enumerate(nodes)}
+    problems: list[tuple[tuple[str | int, ...], str]] = []
     for position, name in enumerate(chain):
         if name not in index:
             continue  # the lane's own rule names an unknown node
@@ -90,16 +97,16 @@ def relay_site_rule(nodes: Sequence[Any], chain: Sequence[str]) -> tuple[tuple[s
         if position + 1 < len(chain):
             for key in ("relay_key", "relay_known_hosts"):
                 if getattr(node, key) is None:
-                    return ("nodes", i, key), (
+                    problems.append((("nodes", i, key), (
                         f"node {name!r} forwards the relay to {chain[position + 1]!r} ([jovian] distribute = \"relay\") "
                         f"and has no {key}: set it to the absolute path ON {name} of the "
                         + ("private key it uses for that hop" if key == "relay_key" else
-                           "known_hosts file that holds the next node's host key"))
+                           "known_hosts file that holds the next node's host key"))))
         if position > 0 and node.transport != "ssh":
-            return ("nodes", i, "transport"), (
+            problems.append((("nodes", i, "transport"), (
                 f"node {name!r} is a {node.transport} node, but in a relay {chain[position - 1]!r} reaches it with "
-                "ssh: relay between ssh nodes, or set [jovian] distribute = \"star\"")
-    return None
+                "ssh: relay between ssh nodes, or set [jovian] distribute = \"star\"")))
+    return problems
 
 
 def relay_hops(nodes: Sequence[Any], *, chain: Sequence[str]) -> list[RelayHop]:
