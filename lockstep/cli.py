@@ -475,3 +475,8 @@ def lab_dep_table(tree: Path) -> None:
         if row.unresolved:
             click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved "
                        + ", ".join(shown_variable(v) for v in row.unresolved), err=True)
+
+
+from lockstep.preflight.command import preflight  # noqa: E402  (a package of its own: lockstep/preflight/)
+
+main.add_command(preflight)

@@ -108,7 +108,7 @@ class LayoutRegistry(Registry):
         """The repository's layout directory is writable, or the nearest directory that exists above it is
         (so it can be created there). Nothing is created: the answer comes from the directories as they are."""
         repo = self._repo(repository)
-        proof = f"{repo}: the image layout a push writes"
+        proof = f"{repo}: the image layout a push writes into"
         existing = repo
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
@@ -124,8 +124,8 @@ class LayoutRegistry(Registry):
                 return PushCheck(repository=repository, allowed=False, proof=proof, refusal=(
                     f"{target} is not writable by this user (or is on a read-only file system), so a push to {repo} "
                     "would fail: give this user write access there, or point [registry] layout_dir elsewhere"))
-        how = "exists and is writable" if repo.exists() else f"can be created: {existing} is a writable directory"
-        return PushCheck(repository=repository, allowed=True, proof=f"{proof} {how}")
+        how = "exists and is writable" if repo.exists() else f"can be created ({existing} is a writable directory)"
+        return PushCheck(repository=repository, allowed=True, proof=f"{repo} {how}")
 
     def _location(self) -> str:
         return self.root
