@@ -22,6 +22,7 @@ import pytest
 import tomli_w
 
 from lockstep.preflight.build_repo import check_build_repo, gate_markers
+from lockstep.preflight.consumer import check_consumer
 from lockstep.preflight.findings import Finding, Section, build_report, ok
 from lockstep.preflight.iris import check_iris
 from lockstep.preflight.registry import check_registry
@@ -30,7 +31,7 @@ from resources.git import git_for
 from resources.site import SiteConfig, load_site
 from resources.site_jovian import DEFAULT_BOOT_GATES
 from sandbox.fake_iris import install_fake_iris
-from sandbox.world import AUTHOR, Sandbox, up
+from sandbox.world import AUTHOR, HARBOR_BRANCH, Sandbox, up
 from tests.registry_proxy import RegistryProxy
 from tests.registry_server import RegistryServer
 
@@ -77,6 +78,48 @@ def only(sections: list[Section], status: str = "fail") -> list[Finding]:
 
 def build_repo_sections(site: SiteConfig) -> list[Section]:
     return check_build_repo(site, git_for(site, timeout_s=60))
+
+
+# -- the consumer repo -----------------------------------------------------------------------------
+
+CONSUMER_BRANCH = "penfever/working"
+
+
+def consumer_sections(sb: Sandbox, branch: str, edit: Callable[[Path], None], tmp_path: Path) -> list[Section]:
+    push_branch(sb.consumer, branch, edit, tmp_path, base=CONSUMER_BRANCH)
+    site = variant(sb, branch, lambda d: d["tpu"].update(consumer_branch=branch))
+    return check_consumer(site, git_for(site, timeout_s=60))
+
+
+def test_an_unpinned_executor_of_the_archived_kaniko_is_a_warning_not_a_failure(sb: Sandbox, tmp_path: Path) -> None:
+    def latest(wt: Path) -> None:
+        script = wt / "docker/build_tpu_kaniko.sh"
+        script.write_text(script.read_text().replace("executor:v1.23.2 - | tar -xf - -C /",
+                                                     "executor:latest - | tar -xf - -C / || true"))
+
+    sections = consumer_sections(sb, "latest-executor", latest, tmp_path)
+    assert not only(sections)
+    warned = {f.check: f for f in only(sections, "warn")}
+    assert sorted(warned) == ["consumer.build_script.executor_unpinned", "consumer.build_script.export_hidden"]
+    unpinned = warned["consumer.build_script.executor_unpinned"]
+    assert unpinned.where == "docker/build_tpu_kaniko.sh:36" and "archived on 2025-06-03" in unpinned.what
+    assert unpinned.fix.startswith("Pin a digest of a maintained fork")
+    assert build_report(tmp_path / "site.toml", sections).exit_code == 0  # warnings allowed
+
+
+def test_a_dockerfile_pin_that_is_not_the_locks_fails_naming_both(sb: Sandbox, tmp_path: Path) -> None:
+    other = "ab" * 20
+
+    def drift(wt: Path) -> None:
+        dockerfile = wt / "docker/Dockerfile.tpu"
+        dockerfile.write_text(re.sub(r"^ENV HARBOR_COMMIT=\S+", f"ENV HARBOR_COMMIT={other}", dockerfile.read_text(),
+                                     flags=re.M))
+
+    [pin] = only(consumer_sections(sb, "pin-drift", drift, tmp_path))
+    locked = git.Repo(sb.harbor).commit(HARBOR_BRANCH).hexsha  # what the consumer's uv.lock pins
+    assert (pin.check, pin.where) == ("consumer.dockerfile_pin", "docker/Dockerfile.tpu:13")
+    assert pin.what.startswith(f"HARBOR_COMMIT={other[:12]} but uv.lock pins harbor {locked[:12]}")
+    assert f"`ENV HARBOR_COMMIT={locked}`" in pin.fix
 
 
 # -- iris ------------------------------------------------------------------------------------------
