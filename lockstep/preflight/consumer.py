@@ -81,8 +81,10 @@ def _in_checkout(wt: Path, site: SiteConfig, git: GitRemotes) -> list[Finding]:
     except FileFormatError as exc:
         found.append(_shape_finding(exc, tpu))
     else:
+        # Whatever the source's spelling (branch=, or a rev that names the branch), the check above held it to the site's.
         found.append(ok(AREA, "consumer.lock", f"uv.lock pins {tpu.harbor_package} {pin.version or '(no version)'} @ "
-                                               f"{pin.commit[:8]}, following {source.branch} of the site's harbor repo",
+                                               f"{pin.commit[:8]} from {source.pinned_by} {tpu.harbor_branch} of the "
+                                               "site's harbor repo",
                         f"uv.lock:{lock.line_of(tpu.harbor_package) or 1}"))
         found.append(_pins_agree(tpu, pin, docker_text))
     found += _build_script(wt, site)
