@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
 from resources.errors import LockstepError
 
@@ -483,3 +484,4 @@ def lab_dep_table(tree: Path) -> None:
 
 
 main.add_command(site_group)
+main.add_command(preflight)

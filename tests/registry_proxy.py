@@ -12,7 +12,9 @@ With ``auth=True`` it also plays ghcr's bearer auth itself: a request without a 
 gets ``401 WWW-Authenticate: Bearer realm="http://127.0.0.1:<port>/token",service=..,scope=..``;
 ``/token`` issues tokens and records the scope of each request; a token whose scope lacks ``push``
 gets 403 DENIED on a write (as ghcr answers); a repository in ``unreadable`` answers 404
-NAME_UNKNOWN (as ghcr does for a package the token cannot read). The registry behind it has no auth.
+NAME_UNKNOWN (as ghcr does for a package the token cannot read); for a repository in ``pull_only`` the
+token endpoint grants `pull` whatever was asked (a token without write:packages), so a write gets 403.
+The registry behind it has no auth.
 
 It is a thread in the test process, not a child process: `stop()` shuts it down and closes its socket.
 """
@@ -85,6 +87,7 @@ class RegistryProxy:
     auth: bool = False
     service: str = "lockstep-proxy"
     unreadable: set[str] = field(default_factory=set)
+    pull_only: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
     token_requests: list[dict[str, str]] = field(default_factory=list)
 
@@ -144,7 +147,7 @@ class RegistryProxy:
             kind, _, rest = item.partition(":")
             name, _, actions = rest.rpartition(":")
             if kind == "repository" and name:
-                granted |= {(name, a) for a in actions.split(",") if a}
+                granted |= {(name, a) for a in actions.split(",") if a and (a == "pull" or name not in self.pull_only)}
         self._tokens[token] = granted
         return token
 

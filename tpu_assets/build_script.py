@@ -32,10 +32,26 @@ _DESTINATION = re.compile(r"--destination(?:=|\s+)(\S+)")
 _KANIKO_LATEST = re.compile(r"gcr\.io/kaniko-project/executor(?::latest)?(?![:@\w.-])")
 
 
+ScriptCheck = Literal["xtrace", "destination", "gitsha_guard", "token_missing", "executor_unpinned", "export_hidden"]
+
+
 class ScriptFinding(Model):
+    """One thing wrong with the script: `message` is what a log or an error shows (what, then the fix);
+    `kind`, `what` and `fix` are its parts, for a caller that reports them apart (lockstep preflight)."""
+
     severity: Literal["error", "warning"]
     line: int
+    kind: ScriptCheck
+    what: str
+    fix: str
     message: str
+
+    @classmethod
+    def of(cls, severity: Literal["error", "warning"], line: int, kind: ScriptCheck, what: str, fix: str,
+           *, joined: str | None = "; ") -> ScriptFinding:
+        """`joined`: how the message puts the fix after what is wrong (None: the message is `what` alone)."""
+        message = what if joined is None else f"{what}{joined}{fix}"
+        return cls(severity=severity, line=line, kind=kind, what=what, fix=fix, message=message)
 
 
 class BuildScriptRefused(LockstepError):
@@ -199,10 +215,10 @@ def check_build_script(
             for var, (secret, since) in tainted.items():
                 if _expands(code, var):
                     origin = "" if var == secret else f" (assigned from ${secret} at line {since})"
-                    findings.append(ScriptFinding(severity="error", line=number, message=(
+                    findings.append(ScriptFinding.of("error", number, "xtrace", (
                         f"`set -x` (line {xtrace_on}) is on when ${var}{origin} is expanded: the token would be "
-                        "printed into the iris job log; put `set +x` before this line (and `set -x` after, if wanted)"
-                    )))  # fmt: skip
+                        "printed into the iris job log"
+                    ), "put `set +x` before this line (and `set -x` after, if wanted)"))  # fmt: skip
                     break
         if change is True and xtrace_on is None:
             xtrace_on = number
@@ -219,26 +235,25 @@ def check_build_script(
             report.destination = _resolve(_unquote(m.group(1)), env)
             report.destination_line = _physical_line(text, number, "--destination")
         if _KANIKO_LATEST.search(code):
-            findings.append(ScriptFinding(severity="warning", line=number, message=(
+            findings.append(ScriptFinding.of("warning", number, "executor_unpinned", (
                 "the kaniko executor is gcr.io/kaniko-project/executor:latest: unpinned, and its upstream "
-                "(GoogleContainerTools/kaniko) was archived on 2025-06-03; pin a digest of a maintained fork "
-                "(e.g. chainguard-dev/kaniko, osscontainertools/kaniko)"
-            )))  # fmt: skip
+                "(GoogleContainerTools/kaniko) was archived on 2025-06-03"
+            ), "pin a digest of a maintained fork (e.g. chainguard-dev/kaniko, osscontainertools/kaniko)"))  # fmt: skip
             if re.search(r"\|\|\s*true\b", code):
-                findings.append(ScriptFinding(severity="warning", line=number, message=(
+                findings.append(ScriptFinding.of("warning", number, "export_hidden", (
                     "`|| true` hides a failed executor export: the build would go on without a fresh executor"
-                )))  # fmt: skip
+                ), "drop the `|| true`, so a failed export fails the build", joined=None))  # fmt: skip
 
     if "GITSHA" not in report.requires and not _GITSHA_GUARD.search(text):
-        findings.append(ScriptFinding(severity="error", line=1, message=(
+        findings.append(ScriptFinding.of("error", 1, "gitsha_guard", (
             'no `: "${GITSHA:?}"` guard: without it a job with no GITSHA would push to `:tpu-` (runbook §3)'
-        )))  # fmt: skip
+        ), 'add `: "${GITSHA:?}"` near the top of the script, before anything uses GITSHA', joined=None))  # fmt: skip
     if "DOCKER_TOKEN" in report.requires and not token_given:
         at = next(n for n, line in lines if re.search(r"\$\{DOCKER_TOKEN:\?", line))
-        findings.append(ScriptFinding(severity="error", line=at, message=(
-            "the script requires DOCKER_TOKEN, but the site passes none: set [iris] docker_token_env to the "
-            "NAME of the env var holding the push token (ghcr: a GitHub PAT with write:packages)"
-        )))  # fmt: skip
+        findings.append(ScriptFinding.of("error", at, "token_missing", (
+            "the script requires DOCKER_TOKEN, but the site passes none"
+        ), "set [iris] docker_token_env to the NAME of the env var holding the push token (ghcr: a GitHub PAT "
+           "with write:packages)", joined=": "))  # fmt: skip
     findings.extend(_destination_findings(report, image=image, reads_env_image=reads_env_image))
     findings.sort(key=lambda f: (f.line, f.severity))
     return report
@@ -247,19 +262,20 @@ def check_build_script(
 def _destination_findings(report: ScriptReport, *, image: str, reads_env_image: bool) -> list[ScriptFinding]:
     want = f"{image}:tpu-${{GITSHA}}"
     if report.destination is None:
-        return [ScriptFinding(severity="error", line=1, message=(
+        return [ScriptFinding.of("error", 1, "destination", (
             "no kaniko `--destination` in the script: lockstep cannot tell where the build pushes"
-        ))]  # fmt: skip
+        ), f"pass kaniko `--destination {want}`", joined=None)]  # fmt: skip
     got = report.destination.replace("${IMAGE}", image) if reads_env_image else report.destination
     line = report.destination_line or 1
     if "$" in got.replace("${GITSHA}", "") or "`" in got:
-        return [ScriptFinding(severity="error", line=line, message=(
+        return [ScriptFinding.of("error", line, "destination", (
             f"the destination {report.destination} is not a literal lockstep can read (only the script's own "
-            "assignments and ${GITSHA} are resolved): write it as <image>:tpu-${GITSHA}"
-        ))]  # fmt: skip
+            "assignments and ${GITSHA} are resolved)"
+        ), "write it as <image>:tpu-${GITSHA}", joined=": ")]  # fmt: skip
     if got != want:
-        return [ScriptFinding(severity="error", line=line, message=(
-            f"the script pushes to {got}, but the site's [tpu].image is {image} (lockstep expects {want}): the "
-            "script never reads lockstep's IMAGE, so the push would go where the script says. Make the two agree"
-        ))]  # fmt: skip
+        what = (f"the script pushes to {got}, but the site's [tpu].image is {image} (lockstep expects {want}): the "
+                "script never reads lockstep's IMAGE, so the push would go where the script says")
+        return [ScriptFinding(severity="error", line=line, kind="destination", what=what, message=f"{what}. Make the two agree",
+                              fix=f"make the script push to {want} (or read lockstep's IMAGE), or set [tpu].image to "
+                                  "the repository it pushes to")]  # fmt: skip
     return []

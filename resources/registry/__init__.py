@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from resources.registry.backends import registry_for
-    from resources.registry.base import ImageScan, Registry
+    from resources.registry.base import ImageScan, PushCheck, Registry
     from resources.registry.cache import BlobCache
     from resources.registry.http import HttpRegistry
     from resources.registry.layers import MAX_SYMLINK_HOPS, GlobQuery
@@ -66,13 +66,13 @@ __all__ = [
     "DOCKER_LAYER_GZIP", "DOCKER_LIST", "DOCKER_MANIFEST", "IMAGE_MANIFESTS", "INDEXES", "MAX_CONFIG_BYTES",
     "MAX_MANIFEST_BYTES", "MAX_SYMLINK_HOPS", "OCI_CONFIG", "OCI_INDEX", "OCI_LAYER_GZIP", "OCI_LAYER_TAR",
     "OCI_LAYER_ZSTD", "OCI_MANIFEST", "REF_NAME", "BlobCache", "Descriptor", "FileRead", "GlobQuery",
-    "HttpRegistry", "ImageRef", "ImageScan", "LayoutRegistry", "Manifest", "PinnedTagTaken", "RawManifest",
+    "HttpRegistry", "ImageRef", "ImageScan", "LayoutRegistry", "Manifest", "PinnedTagTaken", "PushCheck", "RawManifest",
     "Registry", "RegistryError", "TagGuard", "TagMoved", "digest_of", "is_digest", "registry_for",
 ]
 
 _MODULE_OF = {name: module for module, names in {
     "backends": ["registry_for"],
-    "base": ["ImageScan", "Registry"],
+    "base": ["ImageScan", "PushCheck", "Registry"],
     "cache": ["BlobCache"],
     "http": ["HttpRegistry"],
     "layers": ["MAX_SYMLINK_HOPS", "GlobQuery"],

@@ -78,6 +78,19 @@ class ImageScan(Model):
         return self.matches[key]
 
 
+class PushCheck(Model):
+    """Whether lockstep may push to a repository, proven without writing an image: a blob upload opened
+    and cancelled (HTTP), or the layout directory found writable (layout). A value, not an exception:
+    a refusal is an answer a caller reports (lockstep preflight), not a failure of the call."""
+
+    repository: str
+    allowed: bool
+    proof: str = Field(description="What was tried, in words (e.g. the upload opened and cancelled).")
+    refusal: str = Field(default="", description="Why not and what to do; never a secret value. Empty when allowed.")
+    cancelled: bool = Field(
+        default=True, description="HTTP: the upload session opened was cancelled (else it expires on the registry).")
+
+
 class Registry(dg.ConfigurableResource):
     """The operations lockstep needs from a registry. Subclasses implement the five primitives."""
 
@@ -284,6 +297,14 @@ class Registry(dg.ConfigurableResource):
         # The filter is optional for a registry (OCI-Filters-Applied): applied here whatever it did.
         return None if found is None else [d for d in found if d.artifact_type == artifact_type]
 
+    def can_push(self, *, repository: str) -> PushCheck:
+        """Whether this registry lets lockstep push to `repository`, proven without writing anything that
+        stays: an HTTP registry opens a blob upload (``POST /v2/<repository>/blobs/uploads/``, with the
+        token exchanged for ``pull,push``) and cancels it (``DELETE`` on its Location); a layout directory
+        must exist or be creatable, and be writable. A bad repository name still raises RegistryError."""
+        check_repository(repository)
+        return self._probe_push(repository)
+
     def open_blob(self, *, repository: str, digest: str) -> BinaryIO:
         """A stream of a blob's bytes (the caller closes it)."""
         check_repository(repository)
@@ -311,6 +332,10 @@ class Registry(dg.ConfigurableResource):
     @abstractmethod
     def _put_blob(self, repository: str, digest: str, size: int, body: BinaryIO) -> None:
         """Store a blob whose digest the caller computed, unless it is already there."""
+
+    @abstractmethod
+    def _probe_push(self, repository: str) -> PushCheck:
+        """`can_push` for this backend: every refusal (and every error on the way) as a PushCheck."""
 
     # -- shared plumbing --------------------------------------------------------------------------
 

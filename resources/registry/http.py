@@ -21,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from resources.registry.base import Registry
+from resources.registry.base import PushCheck, Registry
 from resources.registry.cache import BlobCache, default_cache_dir
 from resources.registry.referrers import MAX_REFERRER_PAGES, next_page, parse_referrers
 from resources.registry.refs import (
@@ -197,6 +197,47 @@ class HttpRegistry(Registry):
         put = self._send("PUT", repository, url, digest, data=body,
                          headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
         self._expect(put, (201, 204), "PUT", repository, digest, hint="the blob upload was refused")
+
+    def _probe_push(self, repository: str) -> PushCheck:
+        """Open a blob upload (what every push starts with, so the token is asked for `pull,push` as a push
+        would be) and cancel it at once: the registry keeps nothing (distribution's DELETE on an upload's
+        Location ends the session; an upload never finished expires on its own anyway)."""
+        where = f"{self._where(repository)}/blobs/uploads/"
+        proof = f"POST {where} (a blob upload, opened and then cancelled)"
+
+        def refused(why: str) -> PushCheck:
+            return PushCheck(repository=repository, allowed=False, proof=proof, refusal=self._redact(why), cancelled=True)
+
+        try:
+            start = self._send("POST", repository, "/blobs/uploads/", None)
+        except RegistryError as exc:  # unreachable, no answer in time, a token that was refused or unset
+            return refused(str(exc))
+        with contextlib.closing(start):
+            if start.status_code != 202:
+                who = f"the token in ${self.token_env}" if self.token_env else "an anonymous client (no [registry] token_env)"
+                hint = (f"the registry refused to start an upload for {who}: it cannot push to {repository} "
+                        "(ghcr: a token with write:packages whose user may write this package)"
+                        if start.status_code in (401, 403) else None)
+                try:
+                    self._expect(start, (202,), "POST", repository, None, hint=hint)
+                except RegistryError as exc:
+                    return refused(str(exc))
+            location = start.headers.get("Location")
+        if not location:
+            return refused(f"POST {where}: HTTP 202 without a Location header: the registry answers no upload "
+                           "session lockstep could use; check the registry host in the site file")
+        cancelled = self._cancel_upload(repository, urljoin(self.base_url + "/", location))
+        note = "" if cancelled else "; the registry did not take the cancel, so the empty session expires there"
+        return PushCheck(repository=repository, allowed=True, proof=proof + note, cancelled=cancelled)
+
+    def _cancel_upload(self, repository: str, url: str) -> bool:
+        """DELETE an upload session; True when the registry ended it (or had already: 404)."""
+        try:
+            resp = self._send("DELETE", repository, url, None)
+        except RegistryError:
+            return False
+        with contextlib.closing(resp):
+            return resp.status_code in (200, 202, 204, 404)
 
     def _referrers(self, repository: str, digest: str, artifact_type: str) -> list[Descriptor] | None:
         """GET /v2/<name>/referrers/<digest> (OCI distribution 1.1), following `Link: rel="next"` pages.

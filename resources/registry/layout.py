@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from pydantic import Field
 
-from resources.registry.base import Registry
+from resources.registry.base import PushCheck, Registry
 from resources.registry.refs import (
     CHUNK,
     MAX_MANIFEST_BYTES,
@@ -103,6 +103,29 @@ class LayoutRegistry(Registry):
 
     def _put_blob(self, repository: str, digest: str, size: int, body: BinaryIO) -> None:
         self._write_blob(self._repo(repository), digest, body)
+
+    def _probe_push(self, repository: str) -> PushCheck:
+        """The repository's layout directory is writable, or the nearest directory that exists above it is
+        (so it can be created there). Nothing is created: the answer comes from the directories as they are."""
+        repo = self._repo(repository)
+        proof = f"{repo}: the image layout a push writes into"
+        existing = repo
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        blobs = repo / "blobs" / "sha256"
+        # What a push writes into: the blobs directory and index.json's directory when they exist, else where they would be made.
+        targets = [p for p in (blobs, repo) if p.exists()] or [existing]
+        for target in targets:
+            if not target.is_dir():
+                return PushCheck(repository=repository, allowed=False, proof=proof, refusal=(
+                    f"{target} is not a directory, so {repo} cannot be {'written' if target == repo else 'created'}: "
+                    "point [registry] layout_dir at a directory (relative paths are relative to the site file)"))
+            if not os.access(target, os.W_OK | os.X_OK):
+                return PushCheck(repository=repository, allowed=False, proof=proof, refusal=(
+                    f"{target} is not writable by this user (or is on a read-only file system), so a push to {repo} "
+                    "would fail: give this user write access there, or point [registry] layout_dir elsewhere"))
+        how = "exists and is writable" if repo.exists() else f"can be created ({existing} is a writable directory)"
+        return PushCheck(repository=repository, allowed=True, proof=f"{repo} {how}")
 
     def _location(self) -> str:
         return self.root

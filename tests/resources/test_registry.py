@@ -16,6 +16,7 @@ import socket
 import tarfile
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -44,6 +45,7 @@ from resources.registry import (
     transport,
 )
 from resources.site import load_site
+from tests.registry_proxy import RegistryProxy
 from tests.registry_server import RegistryServer
 
 # -- building images in Python ---------------------------------------------------------------------
@@ -548,6 +550,87 @@ def test_missing_blob_names_the_ref(reg: Registry, repo: str) -> None:
     missing = digest_of(b"gone")
     with pytest.raises(RegistryError, match=rf"{repo}@{missing}"):
         reg.open_blob(repository=repo, digest=missing).close()
+
+
+# -- push rights, proven without pushing ------------------------------------------------------------
+
+
+def _no_repository(reg: Registry, repo: str) -> bool:
+    """The registry holds nothing under `repo`: no tag list (HTTP), no layout directory (layout)."""
+    if isinstance(reg, LayoutRegistry):
+        return not (Path(reg.root) / repo).exists()
+    import requests
+
+    return requests.get(f"{reg.base_url}/v2/{repo}/tags/list", timeout=10).status_code == 404  # type: ignore[attr-defined]
+
+
+def test_can_push_proves_push_rights_and_leaves_nothing(reg: Registry, repo: str) -> None:
+    check = reg.can_push(repository=repo)
+    assert check.allowed and check.refusal == "" and check.cancelled and check.repository == repo
+    assert repo in check.proof
+    assert _no_repository(reg, repo)  # nothing was pushed: no repository, let alone an image
+    small_image(reg, repo, "after the probe", tag="v1")  # and a real push still works after it
+    assert reg.can_push(repository=repo).allowed
+
+
+PUSH_TOKEN_ENV = "LOCKSTEP_TEST_PUSH_TOKEN"
+PUSH_SECRET = "ghp_PullOnlyTokenValue0123456789"
+
+
+@pytest.fixture(params=["http", "layout"])
+def refusing(request: pytest.FixtureRequest, tmp_path: Path, repo: str,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Registry, str]]:
+    """A registry of each backend that will not take a push to `repo`, and what its refusal must say: a
+    ghcr-like token endpoint that grants this token `pull` only (ghcr: no write:packages), and a layout
+    directory that would have to be made under a file."""
+    if request.param == "http":
+        server: RegistryServer = request.getfixturevalue("registry_server")
+        monkeypatch.setenv(PUSH_TOKEN_ENV, PUSH_SECRET)
+        with RegistryProxy(upstream=server.host, auth=True, pull_only={repo}) as ghcr_like:
+            yield (HttpRegistry(host=ghcr_like.host, username="bot", token_env=PUSH_TOKEN_ENV, timeout_s=10),
+                   f"HTTP 403 Forbidden (DENIED: requested access to the resource is denied): the registry refused to "
+                   f"start an upload for the token in ${PUSH_TOKEN_ENV}: it cannot push to {repo}")
+    else:
+        (tmp_path / "not-a-dir").write_text("a file where the layout should go")
+        yield (LayoutRegistry(root=str(tmp_path / "not-a-dir" / "layout")),
+               f"{tmp_path / 'not-a-dir'} is not a directory, so {tmp_path / 'not-a-dir' / 'layout' / repo} cannot be created")
+
+
+def test_can_push_refusal_is_a_value_naming_why(refusing: tuple[Registry, str], repo: str) -> None:
+    reg, says = refusing
+    check = reg.can_push(repository=repo)
+    assert not check.allowed and says in check.refusal
+    assert PUSH_SECRET not in check.model_dump_json()
+
+
+def test_can_push_cancels_the_upload_it_opened_with_a_push_scoped_token(
+        registry_server: RegistryServer, repo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PUSH_TOKEN_ENV, PUSH_SECRET)
+    with RegistryProxy(upstream=registry_server.host, auth=True) as ghcr_like:
+        check = HttpRegistry(host=ghcr_like.host, username="bot", token_env=PUSH_TOKEN_ENV, timeout_s=10).can_push(
+            repository=repo)
+        opened = ghcr_like.requests("POST", f"/v2/{repo}/blobs/uploads/$")
+        closed = ghcr_like.requests("DELETE", f"/v2/{repo}/blobs/uploads/")
+    assert check.allowed and check.cancelled
+    assert [s.status for s in opened] == [401, 202] and [s.status for s in closed] == [204]
+    assert [t["scope"] for t in ghcr_like.token_requests] == [f"repository:{repo}:pull,push"]
+    assert not ghcr_like.requests("PUT") and not ghcr_like.requests("PATCH")  # no byte of a blob was sent
+
+
+def test_can_push_without_the_token_names_the_variable(registry_server: RegistryServer, repo: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PUSH_TOKEN_ENV, raising=False)
+    with RegistryProxy(upstream=registry_server.host, auth=True) as ghcr_like:
+        check = HttpRegistry(host=ghcr_like.host, token_env=PUSH_TOKEN_ENV, timeout_s=10).can_push(repository=repo)
+    assert not check.allowed and f"names ${PUSH_TOKEN_ENV}, which is unset or empty" in check.refusal
+
+
+def test_can_push_to_an_unreachable_registry_is_refused_not_raised() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    check = HttpRegistry(host=f"127.0.0.1:{port}", timeout_s=5, retry_attempts=1).can_push(repository="team/app")
+    assert not check.allowed and f"cannot reach 127.0.0.1:{port}" in check.refusal
 
 
 # -- names, refs and input checks ------------------------------------------------------------------
