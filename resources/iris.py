@@ -378,7 +378,8 @@ class IrisCli(dg.ConfigurableResource):
                                                   kill_exact=kill_exact)  # fmt: skip
         return _CAPABILITIES[key]
 
-    def _require(self, spec: JobSpec) -> IrisCapabilities:
+    def require(self, *, spec: JobSpec) -> IrisCapabilities:
+        """The binary's capabilities, or MissingCapability naming what `spec` needs that it lacks (nothing run)."""
         caps = self.capabilities()
         if "run" not in caps.job_commands:
             raise MissingCapability(f"`{self.binary} job` has no `run` command (it has: {', '.join(sorted(caps.job_commands))})")
@@ -412,7 +413,7 @@ class IrisCli(dg.ConfigurableResource):
         shown = self.redacted_argv(spec)
         if not Path(cwd).is_dir():
             raise IrisError(f"job {spec.name}: the workspace to bundle, {cwd}, is not a directory")
-        self._require(spec)
+        self.require(spec=spec)
         job_id = self.job_id(spec.name)
         dg.get_dagster_logger().info(f"iris submit (cwd {cwd}): {self.command_line(spec)}")
         submitted_ms = int(time.time() * 1000)

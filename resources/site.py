@@ -411,9 +411,9 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
     stamp = stamp_of(site_path)
     if stamp is None:
         hint = (
-            "run `lockstep sandbox up` to create the embedded sandbox"
-            if not (path or os.environ.get(SITE_ENV))
-            else f"check {SITE_ENV}"
+            "check the path" if path
+            else f"check {SITE_ENV}" if os.environ.get(SITE_ENV)
+            else "run `lockstep sandbox up` to create the embedded sandbox"
         )
         raise LockstepError(f"{site_path}: no site file here ({hint})")
     if (config := _SITE_CACHE.get(site_path, stamp)) is not None:

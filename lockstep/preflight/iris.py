@@ -85,7 +85,7 @@ def _contract(iris: IrisCli, site: SiteConfig, binary_where: str) -> Finding:
                                      disk=section.disk, timeout_s=section.build_timeout_s), b"# preflight\n")
     missing = []
     try:
-        iris._require(spec)  # `job run`, describe-or-summary, and every `job run` option lockstep renders
+        iris.require(spec=spec)  # `job run`, describe-or-summary, and every `job run` option lockstep renders
     except MissingCapability as exc:
         missing.append(str(exc))
     if caps.cancel_command is None:
