@@ -203,8 +203,8 @@ def leading_assignments(words: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def site_example_env_names() -> set[str]:
-    return {value for key, value in re.findall(r'^(\w+_env)\s*=\s*"([^"]+)"', (ROOT / "docs" / "site.md").read_text(),
-                                               re.M)}
+    text = (ROOT / "docs" / "site.md").read_text(encoding="utf-8")
+    return set(re.findall(r'^\w+_env\s*=\s*"([^"]+)"', text, re.M))
 
 
 def kind_of(shown: Shown) -> str | None:
