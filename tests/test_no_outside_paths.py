@@ -1,5 +1,5 @@
-"""No tracked file names a place outside the checkout: a `../shared/` beside it, or an absolute path of the
-machine it was written on. Neither exists in a user's clone; cite the upstream source (repository, path,
+"""No tracked file names a place outside the checkout: a `shared` directory beside it, or an absolute path of
+the machine it was written on. Neither exists in a user's clone; cite the upstream source (repository, path,
 commit) instead, and copy data the tests need into tests/ (tests/corpus/lab/README.md says where from)."""
 
 from __future__ import annotations
