@@ -4,7 +4,8 @@ cancel, and read a finished job's log.
 State is authoritative; logs are not: a clean kill or an OOM reap prints no last line, so `wait`
 never watches log strings (runbook §6). Logs are read once a job has ended, for the post-mortem.
 
-The CLI moved under the runbook (../shared/contracts/iris.md; Marin `lib/iris/src/iris/cli/job.py`):
+The CLI moved under the runbook (the Marin monorepo `marin-community/marin`, `lib/iris/src/iris/cli/job.py`,
+history up to 2dfb07943 of 2026-08-22):
 ``job summary --json`` existed only 2026-04-09..07-03; ``job describe`` replaced ``job summary`` and
 ``job cancel`` replaced ``kill``/``stop`` on 2026-08-20; ``--no-sync`` arrived 2026-06-24. The
 controller refuses clients more than 14 days older than itself, so no site keeps an old binary for
@@ -121,7 +122,7 @@ class IrisCapabilities(Model):
 
     @property
     def contract(self) -> str:
-        """The iris generation, in the words of ../shared/contracts/iris.md."""
+        """The iris generation, named by the month its CLI shape appeared in Marin's `cli/job.py`."""
         if self.state_command == "describe":
             return "2026-08+ (describe, cancel, wait)"
         if self.summary_json:

@@ -1,8 +1,9 @@
 """What the iris CLI prints, read: help screens, job state (text or JSON), job lists, logs. Pure.
 
-Every shape here is the real CLI's (Marin monorepo `lib/iris/src/iris/cli/job.py`, read at the commits
-named in ../shared/contracts/iris.md; the `marin-iris` 0.2.20.dev202606180959 wheel for the 2026-06
-shapes). The CLI changed under the runbook, so each reader says which versions print what:
+Every shape here is the real CLI's (the Marin monorepo `marin-community/marin`,
+`lib/iris/src/iris/cli/job.py`, read at the commits named below, history up to 2dfb07943 of 2026-08-22;
+the `marin-iris` 0.2.20.dev202606180959 wheel for the 2026-06 shapes). The CLI changed under the
+runbook, so each reader says which versions print what:
 
 - ``job describe ID`` (2026-08-20, 43ea65e00, ``render_job_description_text``) and ``job summary ID``
   without ``--json`` (2026-04-09..2026-08-20, ``_render_job_summary_text``) print the same head::
@@ -83,8 +84,10 @@ class JobState(StrEnum):
         except ValueError:
             known = ", ".join(s.value for s in cls)
             raise IrisUnreadable(
-                f"iris reported unknown state {value!r}, which lockstep does not know (known: {known}); "
-                "the iris CLI may be newer than lockstep: check ../shared/contracts/iris.md"
+                f"iris reported unknown state {value!r}, which lockstep does not know (known: {known}): "
+                "the installed iris CLI ([iris] binary) is probably newer than this lockstep. Look at the "
+                "job in iris yourself (`iris job describe <job>`; `job summary` on older CLIs), and upgrade "
+                "lockstep or point [iris] binary at an iris release whose states it knows"
             ) from None
 
 

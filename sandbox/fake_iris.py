@@ -2,8 +2,8 @@
 
 Only what cannot exist on one machine is simulated: a cluster that schedules jobs, and kaniko. It
 speaks the CURRENT iris job CLI by default and, on request, the two older 2026 generations, each as
-read from the real source (Marin monorepo ``lib/iris/src/iris/cli/job.py``; mirror Stars1233/marin,
-see ../shared/contracts/iris.md):
+read from the real source (the Marin monorepo, ``marin-community/marin``, ``lib/iris/src/iris/cli/job.py``
+and its history up to 2dfb07943 of 2026-08-22; a full mirror with history is ``Stars1233/marin``):
 
 - ``2026-08`` (HEAD 2dfb07943, after 43ea65e00 of 2026-08-20): ``job run | describe | wait | cancel
   [--prefix/--exact] | complete | list [--state --prefix --limit] | logs``; no ``--json`` anywhere (an

@@ -2,9 +2,10 @@
 lab's source locks and the docker-images build repo.
 
 Pure text in, text out: `sandbox.jovian_world` decides what goes where and when. The cmake files use
-the patterns real vLLM trees use (shared/fixtures/README.md): literal GIT_REPOSITORY/GIT_TAG pairs,
-`set(_X_UPSTREAM_REPO/_TAG)` indirection, a tag variable from the top-level CMakeLists.txt, a ROCm
-platform branch, GIT_SUBMODULES lists, a FetchContent_Populate and `$ENV{X_SRC_DIR}` overrides.
+the patterns real vLLM trees use (vLLM's own `cmake/external_projects/*.cmake`, also in its sdist on
+PyPI): literal GIT_REPOSITORY/GIT_TAG pairs, `set(_X_UPSTREAM_REPO/_TAG)` indirection, a tag variable
+from the top-level CMakeLists.txt, a ROCm platform branch, GIT_SUBMODULES lists, a
+FetchContent_Populate and `$ENV{X_SRC_DIR}` overrides.
 """
 
 from __future__ import annotations

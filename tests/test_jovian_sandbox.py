@@ -22,7 +22,7 @@ from sandbox.jovian_sources import LOCK_FORMAT, parse_lock
 from sandbox.jovian_world import PACKAGES, REPOS, JovianRepos, lock_path, new_lab_rev
 from sandbox.world import Sandbox, up
 
-FIXTURE_LOCK = Path("/work/shared/fixtures/source-locks/r35.source.lock")
+FIXTURE_LOCK = Path(__file__).resolve().parent / "corpus" / "lab" / "r35.source.lock"  # the lab's real r35 lock
 SHA = re.compile(r"^[0-9a-f]{40}$")
 WINDOW_S = 30 * 60
 

@@ -1,6 +1,8 @@
 """The pre-flight of the consumer's kaniko build script (docker/build_tpu_kaniko.sh), before any submit.
 
-The real script (OpenThoughts-Agent 7951edcd, ../shared/contracts/kaniko-script.md) taught three traps:
+The real script (`open-thoughts/OpenThoughts-Agent`, `docker/build_tpu_kaniko.sh` at 7951edcd of
+2026-07-03; be1aaff6 of 2026-07-08 wraps the auth block in `set +x`, and its line 26 still traces the
+token) taught three traps:
 - it HARD-CODES its destination (``DEST_PINNED=ghcr.io/open-thoughts/openthoughts-agent:tpu-${GITSHA}``)
   and never reads the IMAGE lockstep sends: the push goes where the script says, whatever the site says;
 - it runs ``set -euxo pipefail`` before ``: "${DOCKER_TOKEN:?}"``: bash's xtrace prints the token

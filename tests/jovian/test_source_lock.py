@@ -10,14 +10,14 @@ import pytest
 from jovian_assets.source_lock import FORMAT, parse_source_lock, to_json
 from resources.errors import FileFormatError
 
-# shared/ sits beside the repo checkout (locally and in CI): the lab's real lock, not a made-up one.
-R35_PATH = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "source-locks" / "r35.source.lock"
+# The lab's real lock, not a made-up one (where it came from: tests/corpus/lab/README.md).
+R35_PATH = Path(__file__).resolve().parents[1] / "corpus" / "lab" / "r35.source.lock"
 LOCK = "models/glm-5.3-flash/build/r35.source.lock"
 
 
 @pytest.fixture(scope="module")
 def r35_text() -> str:
-    assert R35_PATH.is_file(), f"{R35_PATH} is missing: the tests read the lab's real r35 lock from shared/fixtures"
+    assert R35_PATH.is_file(), f"{R35_PATH} is missing: the tests read the lab's real r35 lock from tests/corpus/lab"
     return R35_PATH.read_text(encoding="utf-8")
 
 

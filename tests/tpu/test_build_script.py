@@ -1,8 +1,8 @@
 """The build script's pre-flight (pure): where it pushes, whether it traces the token, the GITSHA guard.
 
 The "real order" script below is the sandbox's copy with the order of OpenThoughts-Agent's own
-docker/build_tpu_kaniko.sh at 7951edcd (../shared/contracts/kaniko-script.md): `set -euxo pipefail`
-on line 23, the three `${VAR:?}` guards on lines 25-27, the auth line traced.
+docker/build_tpu_kaniko.sh (`open-thoughts/OpenThoughts-Agent` at 7951edcd, 2026-07-03): `set -euxo
+pipefail` on line 23, the three `${VAR:?}` guards on lines 25-27, the auth line traced.
 """
 
 from __future__ import annotations
