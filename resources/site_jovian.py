@@ -31,7 +31,7 @@ DEFAULT_VERSIONS_KEYS = {
 }
 
 
-# A rev's fork can come from another owner (fixtures/README.md): its URL follows the commit into the
+# A rev's fork can come from another owner (one lab rev's b12x did): its URL follows the commit into the
 # profile, but only where versions.env pins repository URLs at all.
 DEFAULT_REPOSITORY_KEYS = {"vllm.repository": "VLLM_REPO", "b12x.repository": "B12X_REPO", "lmcache.repository": "LMCACHE_REPO"}
 

@@ -23,6 +23,7 @@ a new doc command needs a test. How each kind is tested:
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -53,6 +54,10 @@ DEV = ROOT / "dev"
 # give. The scenario brings the sandbox into the state a command needs just before it (see
 # test_every_lockstep_command_the_docs_show_runs_against_a_sandbox).
 LOCKSTEP_SCENARIO: dict[str, int] = {
+    "lockstep site check": 0,
+    "lockstep site schema > site.schema.json": 0,
+    "lockstep preflight": 0,
+    "lockstep preflight --json": 0,
     "lockstep sandbox advance-harbor --fix": 0,
     "lockstep sandbox advance-harbor": 0,
     "lockstep rollback plan --must-contain <harbor sha>": 0,
@@ -140,7 +145,8 @@ class Shown:
 
 
 def fenced_blocks(doc: Path, language: str) -> Iterator[tuple[int, list[str]]]:
-    """(first line number, lines) of each ```language block."""
+    """(first line number, lines) of each ```language block (`language` is the whole info string:
+    "toml" is a site snippet, "toml pyproject.toml" a consumer's pyproject)."""
     lines = doc.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
@@ -202,8 +208,11 @@ def leading_assignments(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, words
 
 
+SITE_EXAMPLE = ROOT / "deploy" / "site.example.toml"
+
+
 def site_example_env_names() -> set[str]:
-    text = (ROOT / "docs" / "site.md").read_text(encoding="utf-8")
+    text = SITE_EXAMPLE.read_text(encoding="utf-8")
     return set(re.findall(r'^\w+_env\s*=\s*"([^"]+)"', text, re.M))
 
 
@@ -292,9 +301,13 @@ def test_every_variable_the_docs_export_is_read_by_lockstep() -> None:
 
 
 def test_cp_commands_copy_a_file_that_exists_to_a_path_git_ignores() -> None:
-    for s in (s for s in ALL_SHOWN if kind_of(s) == "cp"):
+    shown = [s for s in ALL_SHOWN if kind_of(s) == "cp"]
+    assert {s.words[1] for s in shown} >= {"deploy/site.example.toml", "deploy/docker/.env.example"}
+    for s in shown:
         _, src, dst = s.words
         assert (ROOT / src).is_file(), f"{s}: no {src}"
+        if Path(dst).is_absolute():
+            continue  # out of the checkout (the site file goes to /etc/lockstep): nothing to commit by mistake
         ignored = subprocess.run(["git", "check-ignore", "-q", dst], cwd=ROOT, check=False)
         assert ignored.returncode == 0, f"{s}: git does not ignore {dst}, and it holds secrets"
 
@@ -344,23 +357,35 @@ def merged(base: dict[str, object], extra: dict[str, object]) -> dict[str, objec
     return out
 
 
-def test_the_site_examples_in_the_docs_validate() -> None:
+def test_the_site_snippets_in_the_docs_validate_in_the_example_site_file() -> None:
+    """The one full example is deploy/site.example.toml (tests/resources/test_site_example.py loads it); each
+    ```toml snippet of the docs, merged into it, still makes a valid site."""
+    example = tomllib.loads(SITE_EXAMPLE.read_text(encoding="utf-8"))
+    SiteConfig.model_validate(example)
     blocks = [(doc, n, tomllib.loads("\n".join(body))) for doc in DOCS for n, body in fenced_blocks(doc, "toml")]
-    full = [(doc, n, data) for doc, n, data in blocks if "site" in data and "tpu" in data]
-    assert len(full) == 1, "one full site example (starting with [site]), in docs/site.md"
-    doc, _, example = full[0]
-    assert doc.name == "site.md"
-    config = SiteConfig.model_validate(example)
-    assert config.tpu.harbor_branch == "penfever/working" and config.registry.token_env == "GHCR_TOKEN"
-    assert config.spark is not None and {n.name for n in config.spark.nodes} == {"dgx4", "dgx1", "dgx2"}
-    assert config.jovian is not None and config.jovian.build_dir_for("r39") == "jovian-judgement-r39"
-    assert config.attest is not None and config.alerts.webhook[0].url_env == "LOCKSTEP_SLACK_WEBHOOK"
-    for doc, n, data in blocks:  # every snippet, in the example, still makes a valid site
-        if data is not example:
-            try:
-                SiteConfig.model_validate(merged(example, data))
-            except ValueError as exc:
-                pytest.fail(f"{doc.relative_to(ROOT)}:{n}: this snippet, merged into the site example, is refused: {exc}")
+    assert blocks, "the docs show site snippets (the relay's, at least)"
+    for doc, n, data in blocks:
+        assert not ("site" in data and "tpu" in data), f"{doc.relative_to(ROOT)}:{n}: a second full site example: " \
+            "link deploy/site.example.toml instead"
+        try:
+            SiteConfig.model_validate(merged(example, data))
+        except ValueError as exc:
+            pytest.fail(f"{doc.relative_to(ROOT)}:{n}: this snippet, merged into the site example, is refused: {exc}")
+
+
+def test_the_consumer_pyproject_the_docs_show_is_one_lockstep_follows() -> None:
+    """The docs' consumer pyproject declares harbor as the example site's repo and branch, in a shape the
+    re-lock reads (tpu_assets/harbor_declaration.py)."""
+    from tpu_assets.harbor_declaration import read_declaration
+
+    site = SiteConfig.model_validate(tomllib.loads(SITE_EXAMPLE.read_text(encoding="utf-8")))
+    shown = [("\n".join(body), doc, n) for doc in DOCS for n, body in fenced_blocks(doc, "toml pyproject.toml")]
+    assert shown, "docs/site.md shows the consumer's pyproject"
+    for text, doc, n in shown:
+        declared = read_declaration(text, site.tpu.harbor_package)
+        where = f"{doc.relative_to(ROOT)}:{n}"
+        assert (declared.shape, declared.ref) == ("direct_reference", site.tpu.harbor_branch), where
+        assert declared.url == site.tpu.harbor_repo, where
 
 
 # ---- commands run -----------------------------------------------------------------------------------------
@@ -451,8 +476,15 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
         for placeholder, value in values.items():
             text = text.replace(placeholder, value)
         assert not placeholders(text), f"{key}: no value for {placeholders(text)}"
-        result = CliRunner().invoke(main, shlex.split(text, comments=True)[1:])
+        words = shlex.split(text, comments=True)[1:]
+        into = None
+        if ">" in words:  # `lockstep ... > FILE`: the output goes to FILE, as the shell would put it
+            words, into = words[:words.index(">")], words[words.index(">") + 1:]
+            assert len(into) == 1, f"{text}: one file after >"
+        result = CliRunner().invoke(main, words)
         assert result.exit_code == LOCKSTEP_SCENARIO[key], f"{text}: exit {result.exit_code}\n{result.output}"
+        if into:
+            (tmp_path / into[0]).write_text(result.output, encoding="utf-8")
         ran.append(key)
         return result.output
 
@@ -468,6 +500,14 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
                 assert promoted.success, failure_message(promoted)
                 return commit
 
+            # Day one on the sandbox's site: it checks clean and passes preflight.
+            assert run("lockstep site check").strip().endswith("valid site file")
+            run("lockstep site schema > site.schema.json")
+            schema = json.loads((tmp_path / "site.schema.json").read_text(encoding="utf-8"))
+            assert {"tpu", "iris", "spark", "jovian"} <= set(schema["properties"])
+            assert "0 failed" in run("lockstep preflight")
+            report = json.loads(run("lockstep preflight --json"))
+            assert report["exit_code"] == 0 and report["counts"]["fail"] == 0, report["counts"]
             values["<harbor sha>"] = run("lockstep sandbox advance-harbor --fix").strip()[:12]
             first = relock_build_promote()
             run("lockstep sandbox advance-harbor")
