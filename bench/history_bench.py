@@ -1,6 +1,6 @@
 """A promotion's reads and a rollback plan at 100 and at 10,000 records, vs one fetch_materializations(limit=1).
 
-    .tools/bin/uv run python bench/history_bench.py [--records 10000] [--rounds 15] [--backends sqlite,postgres]
+    python bench/history_bench.py [--records 10000] [--rounds 15] [--backends sqlite,postgres]
 
 For each backend (SQLite: a local instance; Postgres: a private server this bench starts on a free
 port and stops by PID, tests/postgres_server.py) and each size, an instance is filled with N
