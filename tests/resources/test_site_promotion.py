@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import tomllib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from resources.errors import FileFormatError
-from resources.site import load_site
+from resources.site import SiteConfig, load_site
 from tests.resources.test_site import GOOD
 
 POLICY = """
@@ -88,11 +89,12 @@ def test_a_window_that_is_neither_or_both_kinds_points_at_its_table(tmp_path: Pa
     assert err.line == line_of(lone, "start = 2026-12-20T00:00:00Z") and "set start and end (UTC)" in str(err)
 
 
-def test_the_readme_policy_example_loads(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    start = readme.index("```toml\n[tpu.promotion]") + len("```toml\n")
-    promotion = load(tmp_path, "\n" + readme[start:readme.index("```", start)]).tpu.promotion
-    assert promotion.soak_minutes == 120 and [w.name for w in promotion.freeze] == ["q4-campaign", "weekend"]
-    weekend = promotion.freeze[1]
+def test_the_example_site_files_policy_means_what_its_comments_say() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "site.example.toml"
+    promotion = SiteConfig.model_validate(tomllib.loads(example.read_text(encoding="utf-8"))).tpu.promotion
+    assert promotion.soak_minutes == 60 and [w.name for w in promotion.freeze] == ["weekend", "q4-campaign"]
+    weekend, campaign = promotion.freeze
     friday = datetime(2026, 12, 4, 18, 0, tzinfo=UTC)
-    assert weekend.open_until(friday) == datetime(2026, 12, 7, 9, 0, tzinfo=UTC)  # what the comments say
+    assert weekend.open_until(friday) == datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # "Friday 18:00 to Monday 08:00 UTC"
+    assert weekend.open_until(friday - timedelta(minutes=1)) is None
+    assert campaign.open_until(datetime(2026, 12, 25, tzinfo=UTC)) == datetime(2027, 1, 4, tzinfo=UTC)
