@@ -54,8 +54,20 @@ def sandbox_push_token() -> Iterator[str]:
 
 
 @pytest.fixture
-def sb(tmp_path: Path) -> Sandbox:
-    return up(tmp_path / "sandbox")
+def sb(tmp_path: Path) -> Iterator[Sandbox]:
+    """A fresh sandbox; afterwards whatever its iris jobs and its nodes' containers still run (a lane keeps
+    serving after a boot, by design) is stopped by the PIDs they recorded."""
+    world = up(tmp_path / "sandbox")
+    yield world
+    stop_sandbox(world)
+
+
+def stop_sandbox(world: Sandbox) -> None:
+    from sandbox.fake_containers import stop_sandbox_containers
+    from sandbox.fake_iris import stop_all
+
+    stop_all(world.iris_home)
+    stop_sandbox_containers(world.root)
 
 
 def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:

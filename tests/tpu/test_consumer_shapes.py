@@ -9,6 +9,7 @@ Real bare repos, real uv, Dagster in-process.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import git
@@ -19,7 +20,7 @@ from resources.site import TpuSection
 from resources.uv import UvCli
 from sandbox.consumer_source import CONSUMER_SHAPES, ConsumerShape
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor, up
-from tests.conftest import remote_file, remote_head
+from tests.conftest import remote_file, remote_head, stop_sandbox
 from tests.runs import failure_message, materialize, metadata
 from tpu_assets.lock_assets import HARBOR_LOCK
 from tpu_assets.relock import branch_refusal
@@ -30,8 +31,10 @@ TPU = TpuSection(harbor_repo="https://h.example/harbor.git", harbor_branch="main
 
 
 @pytest.fixture(params=CONSUMER_SHAPES)
-def sb(request: pytest.FixtureRequest, tmp_path: Path) -> Sandbox:
-    return up(tmp_path / "sandbox", consumer_shape=request.param)
+def sb(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
+    world = up(tmp_path / "sandbox", consumer_shape=request.param)
+    yield world
+    stop_sandbox(world)
 
 
 def shape_of(sb: Sandbox) -> ConsumerShape:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -21,7 +22,7 @@ from lockstep.cli import main as lockstep_cli
 from resources.uv import UvLock, uv_binary
 from sandbox.consumer_source import CONSUMER_SHAPES, ConsumerShape
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor, up
-from tests.conftest import remote_file, remote_head
+from tests.conftest import remote_file, remote_head, stop_sandbox
 from tests.runs import Pipeline, failure_message, materialize
 from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
@@ -87,9 +88,11 @@ def consumer_shape(request: pytest.FixtureRequest) -> ConsumerShape:
 
 
 @pytest.fixture
-def sb(tmp_path: Path, consumer_shape: ConsumerShape) -> Sandbox:
+def sb(tmp_path: Path, consumer_shape: ConsumerShape) -> Iterator[Sandbox]:
     """The whole TPU flow runs against a consumer in each shape in the field (the default is the real one's)."""
-    return up(tmp_path / "sandbox", consumer_shape=consumer_shape)
+    world = up(tmp_path / "sandbox", consumer_shape=consumer_shape)
+    yield world
+    stop_sandbox(world)
 
 
 def test_rollback_both_pins_the_runtime_holds_the_sensor_and_release_relocks_to_the_tip(
