@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from resources.errors import FileFormatError
+from resources.errors import FileFormatError, decode_utf8
 from resources.model import Model
 from resources.secrets import redact
 from resources.tomlfile import key_line
@@ -214,8 +214,6 @@ def _set_source_ref(text: str, package: str, key: str, ref: str) -> str:
 
 def read_pyproject(path: Path) -> str:
     """The checkout's pyproject.toml as text; a missing file is refused naming it."""
-    from resources.errors import decode_utf8
-
     if not path.is_file():
         raise FileFormatError(PYPROJECT, None, "the consumer repo has no pyproject.toml: uv.lock is made from it")
     return decode_utf8(path.read_bytes(), PYPROJECT)

@@ -110,6 +110,7 @@ def test_a_literal_string_stays_a_literal_string() -> None:
     ('[project]\nname = "c"\ndependencies = [\n  "harbor @ git+https://a.example/h.git@main",\n'
      '  "harbor @ git+https://b.example/h.git@main",\n]\n', "2 different URLs (lines 4, 5)"),
     ('[project\nname = "c"\n', "not valid TOML"),
+    ("[project]\nname = 'c'\ndependencies = " + "[" * 5_000 + "]" * 5_000 + "\n", "nested more than 100 levels"),
 ])
 def test_a_declaration_lockstep_cannot_follow_is_refused_naming_pyproject(text: str, needle: str) -> None:
     with pytest.raises(FileFormatError, match=r"^pyproject\.toml") as err:
