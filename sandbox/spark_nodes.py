@@ -1,18 +1,18 @@
 """The sandbox's DGX Spark nodes: local directories that stand in for the build node and the lane.
 
-Only what cannot exist on one machine is simulated: the nodes' docker daemon (`sandbox/fake_docker.py`)
-and the served model the bench tools talk to (`sandbox/model_server.py`, which the docker's `run -d`
-starts). Everything else is real: build.sh runs in bash, the forks are fetched with git, `docker save |
-docker load` is a real byte stream, boot gates run a real python on the image's installed packages, and
-the bench tools are the real `tool-eval-bench` and `llama-benchy` from .tools/bench (`./dev setup`).
+Each node runs its own real Docker engine (sandbox/engines.py: Debian's docker.io, one dockerd per
+node, state under the node's ``engine/``). Only what cannot exist on one machine is simulated: the GPU
+toolchain inside a build and the served model the bench tools talk to. build.sh runs in bash,
+`docker build` is BuildKit, `docker save | docker load` moves real images between engines, containers
+are real, and the bench tools are the real `tool-eval-bench` and `llama-benchy` from .tools/bench.
 
 A node is ``<sandbox>/nodes/<name>/``:
 
-    bin/docker            wrapper: python -m sandbox.fake_docker --state <node>/docker "$@"
+    bin/docker            wrapper: DOCKER_HOST=<this node's engine> /usr/bin/docker "$@" (starts the engine)
     bin/tool-eval-bench   wrapper: exec .tools/bench/bin/tool-eval-bench "$@"
     bin/llama-benchy      wrapper: .tools/bench/bin/llama-benchy "$@", offline (sandbox/bench_offline.py
                           leaves a tokenizer and the book in home/ on first use)
-    docker/               the node's image store (images/<id>/, repositories.json)
+    engine/               the node's dockerd: data root, pidfile, log
     home/                 the node's $HOME (the `local` transport sets HOME here); bench knobs live here
 
 The `local` transport of `resources.spark` runs a command in the node's root with ``root/bin`` first on
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from resources.site import SparkNode, SparkSection
 from sandbox.bench_offline import TOKENIZER_DIR
+from sandbox.engines import DOCKER, ENGINE_DIR, Engine
 from sandbox.fake_containers import write_knobs
 from sandbox.layout import NODES, NODES_DIR, Sandbox
 
@@ -45,16 +46,28 @@ def node_root(sandbox_root: Path, name: str) -> Path:
     return sandbox_root / NODES_DIR / name
 
 
-def _wrapper(node: Path, module: str, state_flag: str, what: str) -> str:
-    python = shlex.quote(sys.executable)
-    project = shlex.quote(str(PROJECT_ROOT))
-    state = shlex.quote(str(node / "docker"))
+def _docker_wrapper(node: Path, bases: list[str]) -> str:
+    engine = Engine(node / ENGINE_DIR)
+    sock, pidfile = shlex.quote(str(engine.socket)), shlex.quote(str(engine.pidfile))
+    ensure = " ".join([shlex.quote(sys.executable), "-m", "sandbox.engines", "ensure", shlex.quote(str(engine.state)),
+                       *(f"--base {b}" for b in bases)])
     return (
         "#!/bin/sh\n"
-        f"# {what} on sandbox DGX Spark node {node.name} (simulator: {module.replace('.', '/')}.py).\n"
+        f"# docker on sandbox DGX Spark node {node.name}: Debian's docker.io client against this node's own\n"
+        "# engine (sandbox/engines.py; its state in engine/). The first command starts the engine.\n"
         "# Written by `lockstep sandbox up`; works from any directory.\n"
-        f"PYTHONPATH={project} exec {python} -m {module} {state_flag} {state} \"$@\"\n"
+        f"DOCKER_HOST=unix://{engine.socket}; export DOCKER_HOST\n"
+        "DOCKER_BUILDKIT=1; export DOCKER_BUILDKIT\n"
+        f"if ! {{ [ -S {sock} ] && pid=$(cat {pidfile} 2>/dev/null) && kill -0 \"$pid\" 2>/dev/null; }}; then\n"
+        f"  PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {ensure} || exit 125\n"
+        "fi\n"
+        f"exec {DOCKER} \"$@\"\n"
     )
+
+
+def node_bases(name: str) -> list[str]:
+    """The base images a node's engine holds from its start: the build node builds FROM them."""
+    return ["python"] if "build" in NODES.get(name, []) else []
 
 
 def _bench_wrapper(node: Path, tool: str) -> str:
@@ -91,9 +104,9 @@ def _write_if_changed(path: Path, text: str, mode: int) -> None:
 def install_node(node: Path) -> Path:
     """Create (or repair) one node directory: bin/ wrappers, docker/ state, home/. Idempotent."""
     node = node.resolve()
-    for sub in ("bin", "home", "docker"):
+    for sub in ("bin", "home", ENGINE_DIR):
         (node / sub).mkdir(parents=True, exist_ok=True)
-    _write_if_changed(node / "bin" / "docker", _wrapper(node, "sandbox.fake_docker", "--state", "docker"), 0o755)
+    _write_if_changed(node / "bin" / "docker", _docker_wrapper(node, node_bases(node.name)), 0o755)
     for tool in ("tool-eval-bench", "llama-benchy"):
         _write_if_changed(node / "bin" / tool, _bench_wrapper(node, tool), 0o755)
     return node
@@ -102,6 +115,16 @@ def install_node(node: Path) -> Path:
 def install_nodes(sb: Sandbox) -> list[Path]:
     """Create the sandbox's nodes under ``<sandbox>/nodes/`` (idempotent); return their roots."""
     return [install_node(node_root(sb.root, name)) for name in NODES]
+
+
+def start_engines(sb: Sandbox) -> list[int]:
+    """Start every node's engine now (``lockstep sandbox up``, ``lockstep demo``) with its bases loaded."""
+    pids = []
+    for name in NODES:
+        engine = Engine(node_root(sb.root, name) / ENGINE_DIR)
+        pids.append(engine.start())
+        engine.ensure_bases(node_bases(name))
+    return pids
 
 
 def spark_section() -> SparkSection:
