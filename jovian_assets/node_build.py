@@ -150,12 +150,13 @@ def gate_context(lock: SourceLock, *, escape: bool = True) -> dict[str, str]:
 
 
 def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], lock: SourceLock) -> tuple[Finding, dict[str, dict[str, str]]]:
-    """Each boot gate as `docker run --rm TAG python -c CODE` on the node; every gate's output is kept."""
+    """Each boot gate as `docker run --rm --network none TAG python -c CODE` on the node (a gate reads the
+    image, never the network); every gate's output is kept."""
     ctx, plain = gate_context(lock), gate_context(lock, escape=False)
     outputs: dict[str, dict[str, str]] = {}
     failed: list[str] = []
     for gate in gates:
-        result = spark.run(node=node, argv=["docker", "run", "--rm", tag, "python", "-c", gate.code])
+        result = spark.run(node=node, argv=["docker", "run", "--rm", "--network", "none", tag, "python", "-c", gate.code])
         out = result.stdout.decode(errors="replace").strip()
         err = result.stderr.decode(errors="replace").strip()
         outputs[gate.name] = {"exit": str(result.exit_code), "stdout": out[-2000:], "stderr": err[-2000:]}

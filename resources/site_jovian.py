@@ -147,6 +147,15 @@ SM12X_PATCHES = (
     "flashinfer_swigluoai", "speculator_cudagraph_pool", "routed_expert_weight_shape",
 )
 
+# What each patch of the set leaves in the installed vLLM package: (file under vllm/, a regex of the patched line).
+SM12X_PATCH_EFFECTS = {
+    "spark_kv_cache_cleanup": ("config/cache.py", r"MemFree"),
+    "b12x_c128a_alignment": ("model_executor/layers/fused_moe/__init__.py", r"c128a|ALIGNMENT\s*=\s*128\b"),
+    "flashinfer_swigluoai": ("model_executor/layers/fused_moe/__init__.py", r"swigluoai"),
+    "speculator_cudagraph_pool": ("config/__init__.py", r"cudagraph_pool"),
+    "routed_expert_weight_shape": ("model_executor/models/__init__.py", r"routed_expert"),
+}
+
 DEFAULT_BOOT_GATES = [
     BootGate(name="vllm_import_carries_pin", code="import vllm; print(vllm.__version__)", expect=r"^{vllm_version}$"),
     BootGate(name="b12x_import", code="import b12x; print(b12x.__name__)"),
@@ -157,30 +166,38 @@ DEFAULT_BOOT_GATES = [
     BootGate(name="nvfp4_ds_mla_present",
              code="import pathlib, vllm; t = (pathlib.Path(vllm.__file__).parent / 'config' / 'cache.py').read_text(); "
                   "assert 'nvfp4_ds_mla' in t, 'nvfp4_ds_mla missing from vllm/config/cache.py'; print('ok')"),
-    # GB10 (runbook: GB10 adaptation deltas). No GPU at gate time, so not torch.cuda: the arch list the
-    # build read off its own compiled kernels (`cuobjdump --list-elf`, <pkg>/_cuda_archs.txt). That is
-    # what nvcc emitted, so it shows 12.1a silently collapsed to sm_120 where the build args say 12.1a.
+    # GB10 (runbook: GB10 adaptation deltas). No GPU at gate time, so not torch.cuda: what the kernels
+    # were really compiled for, read off every built extension with `cuobjdump --list-elf` (the CUDA devel
+    # base the runner stage comes from has it). It shows 12.1a silently collapsed to sm_120 where the
+    # build args say 12.1a.
     BootGate(name="cuda_arch_sm121a", code=(
-        "import pathlib, vllm, lmcache\n"
+        "import pathlib, re, subprocess, vllm, lmcache\n"
         "for m in (vllm, lmcache):\n"
-        "    f = pathlib.Path(m.__file__).parent / '_cuda_archs.txt'\n"
-        "    assert f.is_file(), m.__name__ + '/_cuda_archs.txt is missing: the build did not record the arch of its kernels'\n"
-        "    a = f.read_text().split()\n"
-        "    assert 'sm_121a' in a, (m.__name__ + ' kernels are compiled for ' + (' '.join(a) or 'nothing') + ', not sm_121a '\n"
+        "    d = pathlib.Path(m.__file__).parent\n"
+        "    sos = sorted(str(p) for p in d.rglob('*.so'))\n"
+        "    assert sos, m.__name__ + ' has no compiled extension (*.so) under ' + str(d)\n"
+        "    a = set()\n"
+        "    for so in sos:\n"
+        "        out = subprocess.run(['cuobjdump', '--list-elf', so], capture_output=True, text=True).stdout\n"
+        "        a |= set(re.findall(r'[.](sm_[0-9]+[af]?)[.]cubin', out))\n"
+        "    assert 'sm_121a' in a, (m.__name__ + ' kernels are compiled for ' + (' '.join(sorted(a)) or 'nothing') + ', not sm_121a '\n"
         "                            '(TORCH_CUDA_ARCH_LIST=12.1a collapses to 12.0 without preserve_sm12x_target)')\n"
-        "    print(m.__name__, ' '.join(a))\n"
+        "    print(m.__name__, ' '.join(sorted(a)))\n"
     )),
-    # The marker patch_cuda_sm12x.py writes into the vLLM tree it patched: every patch of the set, each
-    # applied once (the script is idempotent: a re-run finds its markers and changes nothing).
+    # The patch set by its effect in the installed vLLM source (the patches record nothing): the line each
+    # patch of the set leaves in the file it rewrites. preserve_sm12x_target shows in the compiled kernels
+    # (cuda_arch_sm121a); sm120_cooperative_topk changes only CUDA sources, which an image does not carry.
     BootGate(name="sm12x_patch_set_applied", code=(
-        "import json, pathlib, vllm\n"
-        "f = pathlib.Path(vllm.__file__).parent / '_sm12x_patches.json'\n"
-        "assert f.is_file(), 'vllm/_sm12x_patches.json is missing: patch_cuda_sm12x.py did not run on this vLLM tree'\n"
-        "got = json.loads(f.read_text())['patches']\n"
-        f"need = {list(SM12X_PATCHES)!r}\n"
-        "missing = [p for p in need if p not in got]\n"
-        "assert not missing, 'the sm12x patch set did not run in full: missing ' + ', '.join(missing)\n"
-        "print(' '.join(need))\n"
+        "import pathlib, re, vllm\n"
+        "d = pathlib.Path(vllm.__file__).parent\n"
+        f"effects = {SM12X_PATCH_EFFECTS!r}\n"
+        "missing = []\n"
+        "for name, (rel, pattern) in effects.items():\n"
+        "    f = d / rel\n"
+        "    if not (f.is_file() and re.search(pattern, f.read_text(encoding='utf-8'), re.M)):\n"
+        "        missing.append(name + ' (vllm/' + rel + ')')\n"
+        "assert not missing, 'the sm12x patch set did not run in full: no effect of ' + ', '.join(missing)\n"
+        "print(' '.join(effects))\n"
     )),
 ]
 

@@ -42,6 +42,7 @@ ENGINE_DIR = "engine"
 # Named bases a node can ask for: name -> "module:function" returning a sandbox.base_image.BaseSpec.
 BASES: dict[str, str] = {
     "python": "sandbox.engines:python_base",
+    "jovian": "sandbox.gpu_toolchain:jovian_base",
 }
 
 

@@ -32,6 +32,7 @@ from resources.site_jovian import JovianSection, LaneSection
 from sandbox import jovian_sources as src
 from sandbox.bench_offline import BOOK_URL as BENCH_BOOK_URL
 from sandbox.bench_offline import TOKENIZER_DIR as BENCH_TOKENIZER
+from sandbox.git_server import GitServer
 from sandbox.layout import BUILD_NODE, LANE_NODES, Sandbox
 
 UTC = timezone.utc
@@ -70,6 +71,7 @@ WORK = {
 PIN_OFFSET = {"vllm": 0, "b12x": 1, "lmcache": 2}  # minutes after the cut: one cut, ±2 min
 REV_STEP = timedelta(hours=6)  # the next rev is cut this long after the newest upstream commit (hour-floored)
 
+HOST_ONLY = ("rtx6kpro", "docker-images")  # repos no build clones
 REPOS = {  # bare repo name -> default branch
     "cutlass": "main",
     "flashmla": "main",
@@ -102,7 +104,12 @@ class JovianRepos(BaseModel):
         return self.repos / f"{name}.git"
 
     def url(self, name: str) -> str:
-        return self.path(name).resolve().as_uri()
+        """The lab and build repos are read by lockstep on this machine (file://); the forks and their
+        deps are cloned inside the build node's `docker build` too, which reaches them only through the
+        sandbox's git daemon on 127.0.0.1 (sandbox/git_server.py), as a real build reaches GitHub."""
+        if name in HOST_ONLY:
+            return self.path(name).resolve().as_uri()
+        return GitServer(self.repos.parent).url(self.path(name))
 
     @property
     def lab(self) -> Path:
@@ -552,6 +559,8 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
     shas come out the same.
     """
     w = JovianRepos(repos=sb.repos)
+    sb.repos.mkdir(parents=True, exist_ok=True)
+    GitServer(sb.root).ensure()
     if _complete(w):
         return w
     for name, branch in REPOS.items():

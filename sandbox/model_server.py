@@ -13,23 +13,32 @@ uvicorn): the `GPU KV cache size: N tokens` line of the engine's profiling run, 
 `Application startup complete.`; the port is bound only then, so nothing answers before startup.
 Each answered request is one uvicorn-style access-log line. SIGTERM exits 0 (uvicorn's graceful stop).
 
-    python -m sandbox.model_server --rootfs DIR --host 127.0.0.1 --port N --served-model-name NAME \\
-        --kv-after-s F --startup-after-s F
+It is the image's ``vllm`` command: the sandbox lab's vLLM fork vendors this file as
+``vllm/entrypoints/cli/main.py`` with the console script ``vllm = vllm.entrypoints.cli.main:main``
+(where the real fork has vLLM's CLI), so the lane runs it in a real container with the image's own
+Python, exactly as the recipe's serve command is written:
 
-What it answers depends on the request and on the image it serves: `--rootfs` is the image's unpacked
-root. A rev whose vLLM tree carries ``vllm/sandbox_model.toml`` with ``quality = "broken"`` (the sandbox
-lab commits it in the fork, the sandbox docker build installs the package directory, so it lands at
-``<site-packages>/vllm/sandbox_model.toml``) serves a model that never calls a tool and answers every
-question with the same refusal, so it scores low. Otherwise the model is "good": it calls the offered
-tool whose name and description best match the user's words, fills the required arguments from the
-schema and the message, and after a tool result answers with it. Same request, same answer: there is no
-randomness but the request's own `seed`, which only breaks ties.
+    vllm serve MODEL --served-model-name NAME --host 0.0.0.0 --port N [--headless --node-rank R] ...
+
+What it serves comes from the installed ``vllm`` package: its version (the engine string) and, when the
+lab committed one in the fork, ``vllm/sandbox_model.toml``: ``quality = "broken"`` serves a model that
+never calls a tool and answers every question with the same refusal (it scores low); ``fault = "exit"``
+dies at start with vLLM's CUDA out-of-memory error; ``fault = "hang"`` never reaches its KV-cache line;
+``cold_s``/``warm_s`` change the start delays. The GPU's JIT kernels are the container's bind mounts
+under $HOME (the site's JIT cache dir): all populated is a warm start (~9 min scaled to 0.3 s),
+otherwise cold (~45 min scaled to 2 s), and a start that got ready fills them. Otherwise the model is
+"good": it calls the offered tool whose name and description best match the user's words, fills the
+required arguments from the schema and the message, and after a tool result answers with it. Same
+request, same answer: there is no randomness but the request's own `seed`, which only breaks ties.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -45,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 KV_CACHE_TOKENS = "1,234,560"
+COLD_S = (1.5, 0.5)  # seconds to the KV-cache line, then to application startup: ~45 min scaled down
+WARM_S = (0.2, 0.1)  # ~9 min scaled down
 MARKER = "sandbox_model.toml"
 DECODE_S = 0.002  # per generated token on llama-benchy's load requests
 MAX_BODY = 8 * 1024 * 1024
@@ -62,17 +73,26 @@ class Model:
     name: str
     quality: str  # "good" | "broken"
     engine_version: str
+    fault: str | None = None  # "exit": the engine dies at start; "hang": it never reaches its KV-cache line
+    cold_s: tuple[float, float] = COLD_S
+    warm_s: tuple[float, float] = WARM_S
 
     @classmethod
-    def from_rootfs(cls, rootfs: Path, name: str) -> Model:
-        quality, version = "good", "0.0.0"
-        for marker in sorted(rootfs.glob(f"usr/local/lib/python3*/dist-packages/vllm/{MARKER}")):
-            quality = str(tomllib.loads(marker.read_text(encoding="utf-8")).get("quality", "good"))
-        for info in sorted(rootfs.glob("usr/local/lib/python3*/dist-packages/vllm-*.dist-info/METADATA")):
-            for line in info.read_text(encoding="utf-8").splitlines():
-                if line.startswith("Version: "):
-                    version = line.removeprefix("Version: ").strip()
-        return cls(name=name, quality=quality, engine_version=version)
+    def installed(cls, name: str) -> Model:
+        """The model the image's installed vllm package serves: its version, and what its
+        ``vllm/sandbox_model.toml`` (committed in the sandbox lab's fork when a rev is meant to misbehave) says."""
+        spec = importlib.util.find_spec("vllm")
+        pkg = Path(spec.origin).parent if spec and spec.origin else None
+        try:
+            version = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            version = "0.0.0"
+        knobs: dict[str, Any] = {}
+        if pkg is not None and (pkg / MARKER).is_file():
+            knobs = tomllib.loads((pkg / MARKER).read_text(encoding="utf-8"))
+        return cls(name=name, quality=str(knobs.get("quality", "good")), engine_version=version,
+                   fault=knobs.get("fault"), cold_s=tuple(knobs.get("cold_s", COLD_S)),  # type: ignore[arg-type]
+                   warm_s=tuple(knobs.get("warm_s", WARM_S)))  # type: ignore[arg-type]
 
 
 # ---- what the model says -----------------------------------------------------------------------
@@ -333,6 +353,57 @@ def emit(line: str) -> None:
         sys.stdout.flush()
 
 
+def jit_caches() -> list[Path]:
+    """The JIT kernel caches this container was given: the bind mounts under $HOME (``-v DIR:/root/...``),
+    read from /proc/self/mountinfo. Empty ones mean a cold start; a start that got ready fills them."""
+    home = os.environ.get("HOME", "/root").rstrip("/") + "/"
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines():
+            point = line.split()[4].replace("\\040", " ")
+            if point.startswith(home) and Path(point).is_dir():
+                found.append(Path(point))
+    return found
+
+
+def is_warm(caches: list[Path]) -> bool:
+    return bool(caches) and all(any(c.iterdir()) for c in caches)
+
+
+def fill_jit_caches(caches: list[Path], version: str) -> None:
+    for cache in caches:
+        with contextlib.suppress(OSError):
+            kernels = cache / "sm121a"
+            kernels.mkdir(parents=True, exist_ok=True)
+            (kernels / f"flashinfer_jit_{version}.so").write_bytes(b"\x7fELF sandbox jit kernel\n")
+
+
+def _stamp() -> str:
+    return time.strftime("%m-%d %H:%M:%S")
+
+
+def crash(model: Model) -> int:
+    emit(f"INFO {_stamp()} [api_server.py] vLLM API server version {model.engine_version}")
+    time.sleep(0.2)
+    emit(f"ERROR {_stamp()} [core.py] EngineCore failed to start.")
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+          "of 119.70 GiB of which 1.12 GiB is free.", file=sys.stderr, flush=True)
+    return 1
+
+
+def headless(model: Model, rank: str, caches: list[Path], kv_s: float) -> int:
+    """A multi-node worker (`--headless`): binds nothing, loads its shard, waits for SIGTERM."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    emit(f"INFO {_stamp()} [multiproc_executor.py] headless worker, node rank {rank}: waiting for the head")
+    if not stop.wait(kv_s):
+        emit(f"INFO {_stamp()} [gpu_worker.py] JIT kernels ready")
+        fill_jit_caches(caches, model.engine_version)
+    stop.wait()
+    return 0
+
+
 def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s: float) -> int:
     stop = threading.Event()
     server: list[ThreadingHTTPServer] = []
@@ -344,7 +415,7 @@ def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    emit(f"INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py] vLLM API server version {model.engine_version}")
+    emit(f"INFO {_stamp()} [api_server.py] vLLM API server version {model.engine_version}")
     emit(f"INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py] args: model={model.name!r}, host={host!r}, "
          f"port={port}, served_model_name=[{model.name!r}]")
     if stop.wait(kv_after_s):
@@ -362,6 +433,7 @@ def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s
     emit(f"INFO:     Started server process [{os.getpid()}]")
     emit("INFO:     Waiting for application startup.")
     emit("INFO:     Application startup complete.")
+    fill_jit_caches(jit_caches(), model.engine_version)
     emit(f"INFO:     Uvicorn running on http://{host}:{httpd.server_address[1]} (Press CTRL+C to quit)")
     if not stop.is_set():
         httpd.serve_forever(poll_interval=0.1)
@@ -372,19 +444,30 @@ def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.model_server", description=__doc__.split("\n")[0])
-    parser.add_argument("--rootfs", required=True, type=Path, help="the served image's unpacked root")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--served-model-name", required=True)
-    parser.add_argument("--kv-after-s", type=float, default=0.0)
-    parser.add_argument("--startup-after-s", type=float, default=0.0)
-    args = parser.parse_args(argv)
-    if not args.rootfs.is_dir():
-        parser.error(f"--rootfs {args.rootfs}: not a directory")
-    model = Model.from_rootfs(args.rootfs, args.served_model_name)
+    """``vllm serve MODEL [--served-model-name N] [--host H] [--port P] [--headless] [--node-rank R] ...``:
+    the options vLLM's CLI takes (vllm/entrypoints/cli/serve.py); the ones that only matter on a GPU
+    (tensor parallelism, master address) are accepted and ignored."""
+    parser = argparse.ArgumentParser(prog="vllm", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_p = sub.add_parser("serve")
+    serve_p.add_argument("model")
+    serve_p.add_argument("--host", default="0.0.0.0")
+    serve_p.add_argument("--port", type=int, default=8000)
+    serve_p.add_argument("--served-model-name")
+    serve_p.add_argument("--headless", action="store_true")
+    serve_p.add_argument("--node-rank", default="0")
+    args, _ignored = parser.parse_known_args(argv)
+    model = Model.installed(args.served_model_name or args.model)
+    caches = jit_caches()
+    kv_s, startup_s = model.warm_s if is_warm(caches) else model.cold_s
+    if args.headless:
+        return headless(model, args.node_rank, caches, kv_s)
+    if model.fault == "exit":
+        return crash(model)
+    if model.fault == "hang":
+        kv_s = 3600.0
     try:
-        return serve(model, args.host, args.port, args.kv_after_s, args.startup_after_s)
+        return serve(model, args.host, args.port, kv_s, startup_s)
     except OSError as exc:
         emit(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address ({args.host!r}, {args.port}): "
              f"{exc.strerror}")

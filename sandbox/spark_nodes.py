@@ -67,7 +67,7 @@ def _docker_wrapper(node: Path, bases: list[str]) -> str:
 
 def node_bases(name: str) -> list[str]:
     """The base images a node's engine holds from its start: the build node builds FROM them."""
-    return ["python"] if "build" in NODES.get(name, []) else []
+    return ["jovian"] if "build" in NODES.get(name, []) else []
 
 
 def _bench_wrapper(node: Path, tool: str) -> str:

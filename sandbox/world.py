@@ -53,7 +53,7 @@ SMOKE_COMMAND = [
 
 
 SANDBOX_OWNERS = ["team:ml-infra"]
-SANDBOX_URL_SCHEMES = ("https", "ssh", "file")
+SANDBOX_URL_SCHEMES = ("https", "ssh", "file", "git")
 # The sandbox's build script requires a push token, as the real one does; its registry takes any.
 # `lockstep demo` (and the tests) set this to a dummy value: it is still treated as a secret.
 SANDBOX_TOKEN_ENV = "LOCKSTEP_SANDBOX_PUSH_TOKEN"
