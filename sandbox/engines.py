@@ -155,6 +155,7 @@ class Engine:
             if pid is not None:
                 _stop_pid(pid)
             _kill_leftovers(self.run_dir)
+            _unmount_under(self.state)
             return pid is not None
 
     def ensure_bases(self, names: list[str]) -> None:
@@ -229,12 +230,43 @@ def _kill_leftovers(run_dir: Path) -> None:
             continue
 
 
+def _unmount_under(state: Path) -> None:
+    """dockerd bind-mounts its data root (and overlay layers under it); an engine that was killed leaves
+    them mounted, and then its directory cannot be removed. Lazily unmount what is left, deepest first."""
+    prefix = str(state.resolve()) + "/"
+    try:
+        points = [line.split()[1].replace("\\040", " ") for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False, timeout=30)
+
+
+def running_states(root: Path) -> list[Path]:
+    """The state dirs of the engines running under `root`, read off the running dockerds' --pidfile
+    (no walk of the tree: an engine's data root holds every layer it ever unpacked)."""
+    prefix = str(root.resolve()) + "/"
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith("dockerd") and "--pidfile" in argv:
+            pidfile = argv[argv.index("--pidfile") + 1]
+            if pidfile.startswith(prefix):
+                found.append(Path(pidfile).parent)
+    return sorted(found)
+
+
 def engine_dirs(root: Path) -> list[Path]:
-    """Every engine state directory under a sandbox (nodes/*/engine, iris/engine, ...)."""
+    """Every engine state directory of a sandbox: the nodes', the TPU build's, and any running under it."""
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.glob(f"**/{ENGINE_DIR}/pid")) + sorted(
-        p for p in root.glob(f"**/{ENGINE_DIR}") if p.is_dir() and not (p / "pid").exists() and (p / "lock").exists())
+    known = [*root.glob(f"nodes/*/{ENGINE_DIR}"), *root.glob(f"iris/{ENGINE_DIR}")]
+    return sorted({*(p for p in known if p.is_dir()), *running_states(root)})
 
 
 def stop_engines(root: Path) -> list[Path]:

@@ -120,6 +120,24 @@ class GitServer:
         return True
 
 
+def running_servers(root: Path) -> list[GitServer]:
+    """The sandbox git daemons running under `root` (read off their --pid-file), for a teardown that
+    does not know each sandbox's root."""
+    prefix = str(root.resolve()) + "/"
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        pidfile = next((a.removeprefix("--pid-file=") for a in argv if a.startswith("--pid-file=")), "")
+        if "daemon" in argv and pidfile.startswith(prefix):
+            found.append(GitServer(Path(pidfile).parent.parent))
+    return found
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     with path.open("a") as f:

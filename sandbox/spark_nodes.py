@@ -26,15 +26,16 @@ its first write, so the command exited 120 with no output; the wrappers then do 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from resources.site import SparkNode, SparkSection
 from sandbox.bench_offline import TOKENIZER_DIR
 from sandbox.engines import DOCKER, ENGINE_DIR, Engine
-from sandbox.fake_containers import write_knobs
 from sandbox.layout import NODES, NODES_DIR, Sandbox
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -101,12 +102,14 @@ def _write_if_changed(path: Path, text: str, mode: int) -> None:
         path.chmod(mode)
 
 
-def install_node(node: Path) -> Path:
-    """Create (or repair) one node directory: bin/ wrappers, docker/ state, home/. Idempotent."""
+def install_node(node: Path, bases: list[str] | None = None) -> Path:
+    """Create (or repair) one node directory: bin/ wrappers, engine/ state, home/. Idempotent.
+    `bases`: the base images its engine loads when it starts (default: by the node's role)."""
     node = node.resolve()
     for sub in ("bin", "home", ENGINE_DIR):
         (node / sub).mkdir(parents=True, exist_ok=True)
-    _write_if_changed(node / "bin" / "docker", _docker_wrapper(node, node_bases(node.name)), 0o755)
+    wanted = node_bases(node.name) if bases is None else bases
+    _write_if_changed(node / "bin" / "docker", _docker_wrapper(node, wanted), 0o755)
     for tool in ("tool-eval-bench", "llama-benchy"):
         _write_if_changed(node / "bin" / tool, _bench_wrapper(node, tool), 0o755)
     return node
@@ -141,6 +144,16 @@ def node_env(node: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     env["PATH"] = f"{node / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
     env["HOME"] = str(node / "home")
     return env
+
+
+def write_knobs(path: Path, knobs: dict[str, Any]) -> Path:
+    """A sandbox node's knobs file: written when any knob is set, removed when none is (back to normal)."""
+    if knobs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(knobs) + "\n", encoding="utf-8")
+    else:
+        path.unlink(missing_ok=True)
+    return path
 
 
 def set_bench_knobs(node: Path, *, fault: str | None = None) -> Path:

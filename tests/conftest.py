@@ -53,6 +53,20 @@ def sandbox_push_token() -> Iterator[str]:
         yield SANDBOX_TOKEN_VALUE
 
 
+@pytest.fixture(autouse=True, scope="session")
+def stop_leftover_sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Module-scoped sandboxes, and those the CLI tests make, run engines and a git daemon until the
+    session ends: stop whatever still runs under this session's temp dir, by the PIDs they recorded."""
+    yield
+    from sandbox.engines import stop_engines
+    from sandbox.git_server import running_servers
+
+    base = tmp_path_factory.getbasetemp()
+    for server in running_servers(base):
+        server.stop()
+    stop_engines(base)
+
+
 @pytest.fixture
 def sb(tmp_path: Path) -> Iterator[Sandbox]:
     """A fresh sandbox; afterwards whatever its iris jobs and its nodes' containers still run (a lane keeps
