@@ -206,7 +206,7 @@ def docker_run_argv(lane: LaneSection, *, image: str, rev: str | None, tag: str,
     """`docker run -d` of one lane node's serving container (host network: the head's port is the node's)."""
     labels = [f"{REV_LABEL}={rev}"] if rev else []
     argv = ["docker", "run", "-d", "--name", container_name(lane), "--network", "host", "--ipc", "host",
-            "--gpus", "all", "-v", f"{jit_dir}:{lane.jit_cache_mount}"]
+            *(["--gpus", lane.gpus] if lane.gpus else []), "-v", f"{jit_dir}:{lane.jit_cache_mount}"]
     for key, value in (lane.serve_variables or {}).items():
         argv += ["-e", f"{key}={value}"]
     for label in [*labels, f"{TAG_LABEL}={tag}", f"lockstep.lane={lane.name}"]:

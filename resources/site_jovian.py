@@ -228,6 +228,9 @@ class LaneSection(Table):
                                    description="Appended to serve_command on every lane node but the head.")
     serve_variables: dict[str, str] | None = Field(default=None, description="`-e K=V` for the serving container.")
     serve_port: int = Field(default=8000, gt=0, lt=65536, description="The head's endpoint port (on the head node).")
+    gpus: Annotated[str, Field(pattern=r"^(|all|[1-9][0-9]{0,2}|device=[0-9]{1,3}(,[0-9]{1,3})*)$")] = Field(
+        default="all", description="`docker run --gpus` for the serving container; \"\" for nodes without a GPU "
+                                   "runtime (the sandbox's), where docker would refuse the flag.")
     served_model: Annotated[str, checked(check_name, "served model name")] = Field(
         default="glm-5.3-flash", description="The name `/v1/models` lists (`--served-model-name`).")
     ready_patterns: list[str] = Field(

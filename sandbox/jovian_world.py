@@ -607,7 +607,8 @@ def lane_section() -> LaneSection:
     runs the headless worker, as on a real 2x lane."""
     return LaneSection(name=LANE, nodes=list(LANE_NODES), bench_quality=BENCH_QUALITY, bench_perf=BENCH_PERF,
                        tolerance=TOLERANCE, serve_port=free_port(), warm_budget_s=SERVE_WARM_BUDGET_S,
-                       cold_budget_s=SERVE_COLD_BUDGET_S, serve_poll_s=SERVE_POLL_S)
+                       cold_budget_s=SERVE_COLD_BUDGET_S, serve_poll_s=SERVE_POLL_S,
+                       gpus="")  # the nodes' engines have no GPU runtime: `--gpus` would be refused
 
 
 def jovian_section(repos: Path) -> JovianSection:
