@@ -1,5 +1,6 @@
 """Booting a rev on the sandbox lane (jovian/lane_serving), putting the lane back (restore_previous),
-the lane's serving history (jovian/lane), and the sandbox docker's container commands."""
+the lane's serving history (jovian/lane), and docker's container commands, on the lane nodes' real engines:
+the rev images are real images whose `vllm` is the sandbox's model server (sandbox/model_server.py)."""
 
 import json
 import shutil
@@ -32,10 +33,10 @@ from jovian_assets.partitions import lab_revs
 from resources.site import SiteResource, load_site
 from resources.site_jovian import DEFAULT_READY_PATTERNS
 from resources.spark import SparkNodes
-from sandbox.fake_containers import set_serve_knobs, stop_all
+from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.spark_nodes import node_env
 from sandbox.world import Sandbox, up
-from tests.conftest import sandbox_resources
+from tests.conftest import sandbox_resources, stop_sandbox
 from tests.runs import failure_message
 
 LANE_NODES = ("spark-a", "spark-b")
@@ -94,24 +95,40 @@ def docker(node: Path, *argv: str) -> subprocess.CompletedProcess[str]:
                           timeout=60, check=False)
 
 
-def tiny_image(nodes: list[Path], tmp: Path, rev: str) -> str:
-    """A small image tagged like a rev's (`docker build` of a one-file vLLM fork) on every node; its ID."""
-    repo = git.Repo.init(tmp / f"fork-{rev}")
-    (tmp / f"fork-{rev}" / "vllm").mkdir()
-    (tmp / f"fork-{rev}" / "vllm" / "__init__.py").write_text(f"REV = {rev!r}\n")
-    repo.index.add(["vllm/__init__.py"])
-    actor = git.Actor("lab", "lab@example.com")
-    commit = repo.index.commit(rev, author=actor, committer=actor).hexsha
-    ctx = tmp / f"ctx-{rev}"
-    ctx.mkdir()
-    (ctx / "Dockerfile").write_text("FROM scratch AS runner\nARG VLLM_REPO\nARG VLLM_COMMIT\n")
-    ids = set()
-    for node in nodes:
-        built = docker(node, "build", "-q", "-t", f"jovian-judgement:{rev}-glm53", "--build-arg",
-                       f"VLLM_REPO={(tmp / f'fork-{rev}').as_uri()}", "--build-arg", f"VLLM_COMMIT={commit}", str(ctx))
-        assert built.returncode == 0, built.stderr
-        ids.add(built.stdout.strip())
-    (image_id,) = ids
+MODEL_SERVER = (Path(__file__).resolve().parents[2] / "sandbox" / "model_server.py").read_text(encoding="utf-8")
+VLLM_SCRIPT = "#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n"
+
+
+def tiny_image(nodes: list[Path], tmp: Path, rev: str, knobs: str = "") -> str:
+    """A small real image of a rev (FROM the sandbox's Python base: a `vllm` package whose CLI is the
+    sandbox's model server, `knobs` its vllm/sandbox_model.toml) built on the first node and moved to the
+    others by `docker save | docker load`, as jovian/distributed_image does; its image ID."""
+    ctx = tmp / f"ctx-{rev}-{abs(hash(knobs))}"
+    pkg = ctx / "site" / "vllm"
+    (pkg / "entrypoints" / "cli").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"REV = {rev!r}\n__version__ = '0.26.1rc0+glm53.{rev}'\n")
+    for sub in ("entrypoints", "entrypoints/cli"):
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "entrypoints" / "cli" / "main.py").write_text(MODEL_SERVER)
+    if knobs:
+        (pkg / "sandbox_model.toml").write_text(knobs)
+    info = ctx / "site" / f"vllm-0.26.1rc0+glm53.{rev}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: 0.26.1rc0+glm53.{rev}\n")
+    (ctx / "vllm").write_text(VLLM_SCRIPT)
+    (ctx / "vllm").chmod(0o755)
+    (ctx / "Dockerfile").write_text("FROM lockstep-sandbox/python:3.11\n"
+                                    "COPY site/ /usr/local/lib/python3.11/dist-packages/\nCOPY vllm /usr/local/bin/vllm\n")
+    tag = f"jovian-judgement:{rev}-glm53"
+    built = docker(nodes[0], "build", "-q", "--network", "none", "-t", tag, str(ctx))
+    assert built.returncode == 0, built.stderr
+    image_id = built.stdout.strip()
+    for node in nodes[1:]:
+        save = subprocess.Popen(["docker", "save", image_id], cwd=nodes[0], env=node_env(nodes[0]), stdout=subprocess.PIPE)
+        load = subprocess.run(["docker", "load", "-q"], cwd=node, env=node_env(node), stdin=save.stdout,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert save.wait(60) == 0 and load.returncode == 0, load.stderr
+        assert docker(node, "tag", image_id, tag).returncode == 0
     return image_id
 
 
@@ -132,30 +149,39 @@ def gate_failed(context: dg.AssetExecutionContext, site: SiteResource, spark: Sp
 
 
 class World:
-    """The sandbox lane with two small rev images on both nodes: built once per module, reset per test."""
+    """The sandbox lane with small rev images on both nodes' engines: built once per module, reset per
+    test. `ids` are the good images of r27 and r28; `variants` are r28 images whose served model hangs
+    before its KV-cache line or dies at start (sandbox/model_server.py reads its package's knobs)."""
 
     def __init__(self, sb: Sandbox, resources: dict[str, object], tmp: Path) -> None:
         self.sb, self.site_text = sb, sb.site_file.read_text()
         self.resources = {k: resources[k] for k in ("site", "spark")}
         self.nodes = [sb.root / "nodes" / n for n in LANE_NODES]
-        self.ids = {}
-        for rev in ("r27", "r28"):
-            self.ids[rev] = tiny_image(self.nodes, tmp, rev)
-            DISTRIBUTIONS[rev] = Distribution(tag=f"jovian-judgement:{rev}-glm53", image_id=self.ids[rev],
-                                              nodes=dict.fromkeys(LANE_NODES, self.ids[rev]), bytes=1)
+        Engine(self.nodes[0] / ENGINE_DIR).start()
+        Engine(self.nodes[0] / ENGINE_DIR).ensure_bases(["python"])
+        fast = f"cold_s = {list(FAST_COLD)}\n"
+        self.ids = {rev: tiny_image(self.nodes, tmp, rev) for rev in ("r27", "r28")}
+        self.variants = {"fast": tiny_image(self.nodes, tmp, "r28", fast),
+                         "hang": tiny_image(self.nodes, tmp, "r28", f'fault = "hang"\n{fast}'),
+                         "exit": tiny_image(self.nodes, tmp, "r28", f'fault = "exit"\n{fast}')}
         self.instance: dg.DagsterInstance | None = None
+        self.reset()
+
+    def serve_as(self, rev: str, image_id: str) -> None:
+        """The rev's tag on every lane node and its recorded distribution name `image_id`."""
+        for node in self.nodes:
+            assert docker(node, "tag", image_id, f"jovian-judgement:{rev}-glm53").returncode == 0
+        DISTRIBUTIONS[rev] = Distribution(tag=f"jovian-judgement:{rev}-glm53", image_id=image_id,
+                                          nodes=dict.fromkeys(LANE_NODES, image_id), bytes=1)
 
     def reset(self) -> None:
-        """No containers (stopped by the PIDs their docker recorded), empty JIT caches, the site as written."""
+        """No containers, empty JIT caches, the tags as built, the site as written."""
         for node in self.nodes:
-            stop_all(node / "docker")
-            shutil.rmtree(node / "docker" / "containers", ignore_errors=True)
+            if ids := docker(node, "ps", "-aq").stdout.split():
+                assert docker(node, "rm", "-f", *ids).returncode == 0
             shutil.rmtree(node / "home" / "sm121-cache", ignore_errors=True)
-            set_serve_knobs(node)
-            tags = json.loads((node / "docker" / "repositories.json").read_text())
-            for rev, image_id in self.ids.items():
-                if tags[f"jovian-judgement:{rev}-glm53"]["id"] != image_id:  # re-tagged by a test
-                    docker(node, "tag", image_id, f"jovian-judgement:{rev}-glm53")
+        for rev, image_id in self.ids.items():
+            self.serve_as(rev, image_id)
         self.sb.site_file.write_text(self.site_text)
 
     def boot(self, rev: str, *, then_fail_gate: bool = False) -> dg.ExecuteInProcessResult:
@@ -187,6 +213,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w = World(sb, sandbox_resources(sb, tmp_path_factory.mktemp("cache")), tmp_path_factory.mktemp("images"))
     yield w
     w.reset()
+    stop_sandbox(sb)
 
 
 @pytest.fixture
@@ -224,7 +251,8 @@ def test_cold_boot_then_warm_boot_then_a_failed_gate_brings_the_previous_image_b
     assert second.success, failure_message(second)
     warm = served(second)
     # Seconds by the container's own log times: what the start took, not how often lockstep looked.
-    assert warm.warm and warm.seconds_to[DEFAULT_READY_PATTERNS[0]] < 1.0 < kv and warm.budget_s == 30.0
+    # (warm: 0.2 s to the KV line against cold's 1.5 s, plus the same container start on both)
+    assert warm.warm and warm.seconds_to[DEFAULT_READY_PATTERNS[0]] < kv and warm.budget_s == 30.0
     assert warm.previous is not None and (warm.previous.rev, warm.previous.image_id) == ("r27", world.ids["r27"])
 
     # The failed gate put r27 back: its container runs r27's image on every node, started by image ID.
@@ -239,11 +267,9 @@ def test_cold_boot_then_warm_boot_then_a_failed_gate_brings_the_previous_image_b
 
 
 def test_a_rev_that_times_out_dies_or_runs_another_image_never_stays_on_the_lane(world: World) -> None:
-    for node in world.nodes:
-        set_serve_knobs(node, cold_s=FAST_COLD)
     # Never ready (the head's engine hangs before its KV-cache line): the cold budget runs out.
     set_lane(world.sb, warm_budget_s=1.0, cold_budget_s=1.5)
-    set_serve_knobs(world.nodes[0], fault="hang", image=world.ids["r28"], cold_s=FAST_COLD)
+    world.serve_as("r28", world.variants["hang"])
     timed_out, logged = world.boot_invoked("r28")
     said = str(timed_out)
     assert "did not serve within its 1.5s budget" in said and "waiting for 'GPU KV cache size" in said
@@ -256,7 +282,7 @@ def test_a_rev_that_times_out_dies_or_runs_another_image_never_stays_on_the_lane
     assert isinstance(serving, LaneServing) and logged == ["boot"]
 
     # r28's engine crashes at start on the head (r27 still starts there): the lane gets r27 back.
-    set_serve_knobs(world.nodes[0], fault="exit", image=world.ids["r28"], cold_s=FAST_COLD)
+    world.serve_as("r28", world.variants["exit"])
     died, logged = world.boot_invoked("r28")
     said = str(died)
     assert "on spark-a exited with exit code 1" in said and "torch.OutOfMemoryError: CUDA out of memory" in said
@@ -264,10 +290,10 @@ def test_a_rev_that_times_out_dies_or_runs_another_image_never_stays_on_the_lane
     assert world.container()["Image"] == world.ids["r27"] and world.container()["State"]["Status"] == "running"
 
     # On spark-b the rev's tag points at another image (re-tagged after the distribution).
-    set_serve_knobs(world.nodes[0], cold_s=FAST_COLD)
+    world.serve_as("r28", world.variants["fast"])
     assert docker(world.nodes[1], "tag", world.ids["r27"], "jovian-judgement:r28-glm53").returncode == 0
     wrong, logged = world.boot_invoked("r28")
-    assert f"spark-b runs {world.ids['r27']}" in str(wrong) and f"must run {world.ids['r28']}" in str(wrong)
+    assert f"spark-b runs {world.ids['r27']}" in str(wrong) and f"must run {world.variants['fast']}" in str(wrong)
     assert logged == ["restore"] and world.container(1)["Image"] == world.ids["r27"]
     assert world.container(1)["Config"]["Labels"]["lockstep.rev"] == "r27"
 
@@ -287,7 +313,7 @@ def test_docker_container_commands_follow_the_cli_contract(world: World) -> None
             in again.stderr)
     assert docker(node, "ps", "--filter", "name=probe", "--format", "{{.Names}} {{.State}}").stdout == "probe running\n"
     not_removed = docker(node, "rm", "probe")
-    assert not_removed.returncode == 1 and 'cannot remove container "/probe": container is running' in not_removed.stderr
+    assert not_removed.returncode == 1 and "You cannot remove a running container" in not_removed.stderr
     for _ in range(100):
         logs = docker(node, "logs", "probe")
         if logs.stdout and logs.stderr:
@@ -295,12 +321,13 @@ def test_docker_container_commands_follow_the_cli_contract(world: World) -> None
     assert (logs.stdout, logs.stderr) == ("out\n", "err\n")  # each stream where the container wrote it
     assert docker(node, "stop", "-t", "1", "probe").stdout == "probe\n"
     fmt = "{{.State.Status}} {{.State.ExitCode}} {{.Name}} {{.Config.Image}} {{.Image}}"
-    assert docker(node, "inspect", "--format", fmt, "probe").stdout == f"exited 143 /probe {tag} {world.ids['r27']}\n"
+    # python as the container's PID 1 has no default SIGTERM action: `stop -t 1` ends in SIGKILL (128+9).
+    assert docker(node, "inspect", "--format", fmt, "probe").stdout == f"exited 137 /probe {tag} {world.ids['r27']}\n"
     assert docker(node, "ps", "-q").stdout == "" and docker(node, "ps", "-a", "-q").stdout.strip()
     assert docker(node, "rm", "probe").stdout == "probe\n"
     for argv in (("stop", "probe"), ("logs", "probe"), ("rm", "probe")):
         gone = docker(node, *argv)
-        assert (gone.returncode, gone.stderr) == (1, "Error response from daemon: No such container: probe\n"), argv
+        assert gone.returncode == 1 and "No such container: probe" in gone.stderr, argv  # what lane.py matches
     missing = docker(node, "container", "inspect", "probe")
     assert missing.returncode == 1 and "Error: No such container: probe" in missing.stderr
     assert docker(node, "inspect", "nothing-here").stderr == "Error: No such object: nothing-here\n"
