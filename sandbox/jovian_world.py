@@ -587,7 +587,7 @@ BENCH_PERF = ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}
               "--latency-mode", "none", "--skip-coherence", "--format", "json", "--save-result", "{out}"]
 
 
-# Serving on the sandbox lane (sandbox/fake_containers.py): a cold start takes ~2 s, a warm one well under 1 s
+# Serving on the sandbox lane (real containers running sandbox/model_server.py): a cold start takes ~2 s, a warm one well under 1 s
 # (the runbook's ~45 and ~9 minutes scaled down), so the budgets are seconds and the polls short.
 SERVE_WARM_BUDGET_S = 30.0
 SERVE_COLD_BUDGET_S = 60.0

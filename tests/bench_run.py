@@ -20,24 +20,35 @@ PROJECT = Path(__file__).resolve().parents[1]
 BENCH_BIN = PROJECT / ".tools" / "bench" / "bin"
 MODEL = "glm-5.3-flash"
 SEED = 42
-MARKER_REL = "usr/local/lib/python3.12/dist-packages/vllm/sandbox_model.toml"
+VERSION = "0.1.dev0+glm53.r27.63a82f8d"
 
 
 def bench_installed() -> bool:
     return (BENCH_BIN / "tool-eval-bench").is_file() and (BENCH_BIN / "llama-benchy").is_file()
 
 
-def make_rootfs(root: Path, *, broken: bool) -> Path:
-    """An image root as the sandbox docker build leaves it: vLLM's package (with the broken marker or not)."""
-    vllm = root / MARKER_REL.rsplit("/", 1)[0]
+def make_site(root: Path, *, broken: bool, delays_s: tuple[float, float] = (0.0, 0.0)) -> Path:
+    """A site-packages dir as a rev's image installs it: the vllm package and its dist-info, with the knobs
+    the served model reads (vllm/sandbox_model.toml: a broken rev's quality, the start delays)."""
+    vllm = root / "vllm"
     vllm.mkdir(parents=True, exist_ok=True)
     (vllm / "__init__.py").write_text("", encoding="utf-8")
-    (vllm.parent / "vllm-0.1.dev0+glm53.r27.63a82f8d.dist-info").mkdir(exist_ok=True)
-    (vllm.parent / "vllm-0.1.dev0+glm53.r27.63a82f8d.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.4\nName: vllm\nVersion: 0.1.dev0+glm53.r27.63a82f8d\n", encoding="utf-8")
-    if broken:
-        (vllm / "sandbox_model.toml").write_text('quality = "broken"\n', encoding="utf-8")
+    (root / f"vllm-{VERSION}.dist-info").mkdir(exist_ok=True)
+    (root / f"vllm-{VERSION}.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.4\nName: vllm\nVersion: {VERSION}\n", encoding="utf-8")
+    knobs = f"cold_s = {list(delays_s)}\nwarm_s = {list(delays_s)}\n" + ('quality = "broken"\n' if broken else "")
+    (vllm / "sandbox_model.toml").write_text(knobs, encoding="utf-8")
     return root
+
+
+def model_server_argv(port: int, name: str = MODEL) -> list[str]:
+    """The served model as the image's `vllm serve` runs it, here on the host (the site dir on PYTHONPATH)."""
+    return [sys.executable, "-m", "sandbox.model_server", "serve", "/models/glm-5.3-flash", "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", name]
+
+
+def model_server_env(site: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{PROJECT}{os.pathsep}{site}", "HOME": str(site)}
 
 
 @dataclass
@@ -50,13 +61,11 @@ class ModelServer:
         stop_process(self.proc, grace_s=5)
 
 
-def start_model_server(rootfs: Path, log: Path) -> ModelServer:
+def start_model_server(site: Path, log: Path) -> ModelServer:
     def start(port: int) -> ModelServer:
         fh = log.open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "sandbox.model_server", "--rootfs", str(rootfs), "--host",
-                                 "127.0.0.1", "--port", str(port), "--served-model-name", MODEL, "--kv-after-s", "0",
-                                 "--startup-after-s", "0"], stdout=fh, stderr=subprocess.STDOUT, cwd=PROJECT,
-                                env={**os.environ, "PYTHONPATH": str(PROJECT)})
+        proc = subprocess.Popen(model_server_argv(port), stdout=fh, stderr=subprocess.STDOUT, cwd=PROJECT,
+                                env=model_server_env(site))
         fh.close()
         url = f"http://127.0.0.1:{port}"
 
@@ -111,7 +120,7 @@ def make_corpus(dest: Path) -> None:
         home.mkdir()
         tokenizer, book = offline(home)
         for name, broken in (("good", False), ("broken", True)):
-            server = start_model_server(make_rootfs(work / name, broken=broken), work / f"{name}.log")
+            server = start_model_server(make_site(work / name, broken=broken), work / f"{name}.log")
             try:
                 done = run_tool(quality_argv(server.base_url, dest / f"teb_short_{name}.json"), work, home)
                 assert done.returncode == 0, done.stderr[-2000:]

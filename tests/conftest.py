@@ -78,12 +78,10 @@ def sb(tmp_path: Path) -> Iterator[Sandbox]:
 
 def stop_sandbox(world: Sandbox) -> None:
     from sandbox.engines import stop_engines
-    from sandbox.fake_containers import stop_sandbox_containers
     from sandbox.fake_iris import stop_all
     from sandbox.git_server import GitServer
 
     stop_all(world.iris_home)
-    stop_sandbox_containers(world.root)
     stop_engines(world.root)
     GitServer(world.root).stop()
 

@@ -5,11 +5,9 @@ report and the night-shift tables."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,9 +37,10 @@ from sandbox.jovian_world import BUILD_BRANCH
 from sandbox.world import Sandbox
 from tests.bench_run import (
     BENCH_BIN,
-    PROJECT,
     bench_installed,
-    make_rootfs,
+    make_site,
+    model_server_argv,
+    model_server_env,
     offline,
     perf_argv,
     quality_argv,
@@ -65,7 +64,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     home.mkdir()
     tokenizer, book = offline(home)
     outs: dict[str, Path] = {}
-    server = start_model_server(make_rootfs(work / "rootfs", broken=False), work / "server.log")
+    server = start_model_server(make_site(work / "site", broken=False), work / "server.log")
     try:
         outs["good"], outs["perf"], outs["log"] = work / "good.json", work / "perf.json", server.log
         done = run_tool(quality_argv(server.base_url, outs["good"]), work, home)
@@ -283,10 +282,8 @@ def test_site_bench_commands_fill_placeholders_as_single_words() -> None:
 
 def test_the_model_server_binds_only_at_startup_and_exits_0_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox.model_server", "--rootfs", str(make_rootfs(tmp_path, broken=False)),
-                             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "m",
-                             "--kv-after-s", "0.2", "--startup-after-s", "0.3"],
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    site = make_site(tmp_path, broken=False, delays_s=(0.2, 0.3))
+    proc = subprocess.Popen(model_server_argv(port, "m"), stdout=subprocess.PIPE, text=True, env=model_server_env(site))
     try:
         assert proc.stdout is not None
         lines = []

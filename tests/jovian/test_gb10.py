@@ -94,15 +94,21 @@ def test_the_checksum_label_unlabeled_is_the_informational_stale_warning() -> No
 def test_the_sm12x_patch_script_runs_in_full_and_is_idempotent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert tuple(patch_cuda_sm12x.PATCHES) == SM12X_PATCHES  # the gate asks for exactly the set the script applies
     tree = tmp_path / "vllm"
-    for rel, _ in patch_cuda_sm12x.PATCHES.values():
+    for rel, before, _ in patch_cuda_sm12x.PATCHES.values():
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text("# the vLLM tree's own text\n")
+        with (tree / rel).open("a") as f:
+            f.write(f"# the vLLM tree's own text\n{before}\n")
     assert patch_cuda_sm12x.main(tree) == 0
+    # Each patch rewrote its line and left no record: its effect in the code is what a gate can check.
+    for name, (rel, before, after) in patch_cuda_sm12x.PATCHES.items():
+        lines = (tree / rel).read_text().splitlines()
+        assert after in lines and before not in lines, name
+    assert not [p for p in tree.rglob("*.json")]
     first = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
     assert patch_cuda_sm12x.main(tree) == 0
     assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == first  # a re-run changes nothing
     assert capsys.readouterr().out.count("already applied") == len(SM12X_PATCHES)
     shutil.rmtree(tree / "csrc")
     assert patch_cuda_sm12x.main(tree) == 1
-    assert "sm120_cooperative_topk: csrc/cache_kernels.cu is not in the tree" in capsys.readouterr().err
+    assert "sm120_cooperative_topk: csrc/cache_kernels.cu has no line" in capsys.readouterr().err
 

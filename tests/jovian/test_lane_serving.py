@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import dagster as dg
-import git
 import pytest
 import tomli_w
 

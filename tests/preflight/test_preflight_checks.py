@@ -29,7 +29,7 @@ from lockstep.preflight.registry import check_registry
 from lockstep.preflight.run import run_concurrently
 from resources.git import git_for
 from resources.site import SiteConfig, load_site
-from resources.site_jovian import DEFAULT_BOOT_GATES
+from resources.site_jovian import DEFAULT_BOOT_GATES, BootGate
 from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
 from sandbox.world import AUTHOR, HARBOR_BRANCH, Sandbox, up
@@ -259,21 +259,21 @@ def test_a_profile_key_versions_env_lacks_is_named_with_the_close_one(sb: Sandbo
 
 
 def test_gate_markers_are_the_data_files_a_gate_reads_not_package_sources() -> None:
+    # The defaults read what a real build leaves: compiled extensions and the package's own sources.
     markers = {gate.name: gate_markers(gate) for gate in DEFAULT_BOOT_GATES}
-    assert markers["cuda_arch_sm121a"] == ["_cuda_archs.txt"]
-    assert markers["sm12x_patch_set_applied"] == ["_sm12x_patches.json"]
     assert markers["nvfp4_ds_mla_present"] == []  # vllm/config/cache.py is the package's own source
-    assert sum(bool(m) for m in markers.values()) == 2
+    assert markers == dict.fromkeys(markers, [])
+    record = BootGate(name="r", code="import json, pathlib, vllm\njson.loads((pathlib.Path(vllm.__file__).parent / "
+                                     "'_sm12x_patches.json').read_text())\n")
+    assert gate_markers(record) == ["_sm12x_patches.json"]
 
 
-def test_the_default_gates_fail_a_build_dir_that_writes_no_markers(sb: Sandbox, tmp_path: Path) -> None:
+def test_the_default_gates_pass_a_build_dir_that_writes_no_markers(sb: Sandbox, tmp_path: Path) -> None:
     """The real build dir's shape: the patch set runs but records nothing; no RUN lists the compiled archs."""
     def real_build(wt: Path) -> None:
         d = wt / "jovian-judgement"
         (d / "patch_cuda_sm12x.py").write_text("# patch_cuda_sm12x.py: the GB10 patch set (applies; records nothing)\n")
-        dockerfile = (d / "Dockerfile").read_text()
-        cut = dockerfile.index("# What the kernels were really compiled for")
-        (d / "Dockerfile").write_text(dockerfile[:cut])
+        assert "cuobjdump" not in (d / "Dockerfile").read_text()  # no RUN lists the compiled archs
 
     def real_site(d: dict[str, Any]) -> None:
         d["jovian"].update(build_branch="real-build")
@@ -281,13 +281,9 @@ def test_the_default_gates_fail_a_build_dir_that_writes_no_markers(sb: Sandbox, 
 
     push_branch(sb.repos / BUILD_REPO, "real-build", real_build, tmp_path)
     site = variant(sb, "real-build", real_site)
-    gates = only(build_repo_sections(site))
-    assert [f.check for f in gates] == ["build_repo.boot_gates"] * 2
-    for f, (name, marker) in zip(gates, [("cuda_arch_sm121a", "_cuda_archs.txt"),
-                                         ("sm12x_patch_set_applied", "_sm12x_patches.json")], strict=True):
-        assert f.what.startswith(f"boot gate {name!r} reads the marker file {marker}, which nothing in jovian-judgement/")
-        assert f.where == f"{site.path} ([jovian] boot_gates: lockstep's default gate {name!r})"
-        assert marker in f.fix and f"without {name!r}" in f.fix
+    assert only(build_repo_sections(site)) == []
+    [ok] = [f for f in only(build_repo_sections(site), "ok") if f.check == "build_repo.boot_gates"]
+    assert "jovian-judgement" in ok.what
 
 
 def test_a_site_gate_reading_a_marker_nothing_writes_is_named_at_its_site_line(sb: Sandbox) -> None:
