@@ -104,7 +104,7 @@ def build_image_asset(pool: str) -> dg.AssetsDefinition:
         deps=[DEP_TREES],
         check_specs=[
             dg.AssetCheckSpec(BOOT_GATES, asset=IMAGE, blocking=True,
-                              description="Boot gates from the site (`docker run --rm IMG python -c ...` on the build node): imports, "
+                              description="Boot gates from the site (`docker run --rm --network none IMG python -c ...` on the build node): imports, "
                               "the engine string carries the pin, the B12X enum resolves, nvfp4_ds_mla is present, the kernels "
                               "are sm_121a (GB10), the sm12x patch set ran in full. Outputs kept."),
             dg.AssetCheckSpec(IMAGE_LABELED, asset=IMAGE,

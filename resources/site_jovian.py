@@ -133,7 +133,7 @@ class JovianSection(Table):
 
 
 class BootGate(Table):
-    """A boot gate: `docker run --rm IMG python -c CODE` on the build node; exit 0 and, when given,
+    """A boot gate: `docker run --rm --network none IMG python -c CODE` on the build node; exit 0 and, when given,
     `expect` (a regex; `{vllm_version}`, `{rev}` and `{<pkg>_commit8}` are filled from the lock) in stdout."""
 
     name: str
