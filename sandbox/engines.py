@@ -18,6 +18,7 @@ in its pidfile. The machine's own docker service is never touched.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -192,6 +193,8 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 
 def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -271,7 +274,11 @@ def engine_dirs(root: Path) -> list[Path]:
 
 def stop_engines(root: Path) -> list[Path]:
     """Stop every engine of the sandbox at `root` by PID; return the state dirs that were running."""
-    return [state for state in dict.fromkeys(engine_dirs(root)) if Engine(state).stop()]
+    states = list(dict.fromkeys(engine_dirs(root)))
+    # In parallel: each dockerd gives its containers SHUTDOWN_TIMEOUT_S to stop.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(states))) as pool:
+        stopped = list(pool.map(lambda state: Engine(state).stop(), states))
+    return [state for state, was in zip(states, stopped, strict=True) if was]
 
 
 def main(argv: list[str] | None = None) -> int:

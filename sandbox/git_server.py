@@ -109,15 +109,23 @@ class GitServer:
             os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # ours (started by this process): reap it, or it stays a zombie
+            if not _alive(pid):
                 break
             time.sleep(0.05)
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         return True
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie (a zombie has exited; only its parent's wait is missing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def running_servers(root: Path) -> list[GitServer]:
