@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import git
 import pytest
@@ -11,7 +13,9 @@ from jovian_assets.bench_assets import BENCH
 from jovian_assets.bench_tools import BenchReport
 from jovian_assets.node_assets import DISTRIBUTED, IMAGE
 from jovian_assets.node_build import NodeImage
-from sandbox.jovian_world import BUILD_BRANCH, new_lab_rev
+from jovian_assets.keys import LANE_SERVING
+from jovian_assets.models import LaneServing
+from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, new_lab_rev
 from sandbox.spark_nodes import node_env, set_bench_knobs
 from tests.jovian.lab import Lab, checks, done, meta
 from tests.runs import failure_message
@@ -35,6 +39,9 @@ def test_adopted_rev_is_built_gated_distributed_served_and_benched_and_a_bad_ben
     assert image.tag == "jovian-judgement:r28-glm53" and image.image_id.startswith("sha256:")
     version = image.expected_pins["vllm"]
     assert image.gates["vllm_import_carries_pin"]["stdout"] == version  # the engine string carries the pin
+    # What the lane serves is what was built: the running containers' image ID on both lane engines.
+    serving: LaneServing = result.asset_value(LANE_SERVING)
+    assert serving.image_id == image.image_id and serving.nodes == {"spark-a": image.image_id, "spark-b": image.image_id}
     nodes = meta(result, DISTRIBUTED)["nodes"]
     assert {r.data["node"]: r.data["image_id"] for r in nodes.records} == {"spark-a": image.image_id, "spark-b": image.image_id}  # type: ignore[attr-defined]
 
@@ -93,6 +100,27 @@ def test_profile_that_breaks_an_import_fails_its_gate_and_nothing_is_distributed
     assert not gates.passed and "flashkda_extension" in (gates.description or "")
     assert "jovian/image" in done(result) and "jovian/distributed_image" not in done(result)
     assert "jovian/bench_report" not in done(result)
+
+
+def test_a_build_dir_without_the_gb10_patch_set_builds_but_fails_its_boot_gates(
+        lab: Lab, push_repo: Callable[..., str]) -> None:
+    """12.1a silently collapses to sm_120 when the patch set is left out: the build succeeds, only the
+    gates (cuobjdump over the built kernels, the patches' effects in the source) can tell."""
+    def drop_patch_set(wt: Path) -> None:
+        dockerfile = wt / BUILD_DIR / "Dockerfile"
+        dockerfile.write_text("".join(line for line in dockerfile.read_text().splitlines(keepends=True)
+                                      if "patch_cuda_sm12x" not in line))
+
+    push_repo(lab.build_repo, BUILD_BRANCH, drop_patch_set, "jovian-judgement: drop the GB10 patch set")
+    new_lab_rev(lab.sb.root, "r28")
+    result = lab.adopt("r28", build=True)
+    assert not result.success
+    gates = checks(result)["boot_gates"]
+    said = gates.description or ""
+    assert not gates.passed and "cuda_arch_sm121a" in said and "sm12x_patch_set_applied" in said, said
+    image: NodeImage = result.asset_value(IMAGE)
+    assert "vllm kernels are compiled for sm_120, not sm_121a" in image.gates["cuda_arch_sm121a"]["stderr"]
+    assert "jovian/distributed_image" not in done(result)
 
 
 def test_rebuilding_a_rev_ships_a_fresh_context(lab: Lab) -> None:
