@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.processes import alive, command_lines
+
 DOCKERD = Path("/usr/sbin/dockerd")
 DOCKER = Path("/usr/bin/docker")  # the engine's own client (docker.io), BuildKit built in
 RUN_ROOT = Path("/run/lockstep-engines")
@@ -192,45 +194,25 @@ def _tail(path: Path, lines: int = 3) -> str:
         return "(no log)"
 
 
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited; only its parent's wait is missing
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _stop_pid(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _alive(pid):
+    if alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        while _alive(pid):
+        while alive(pid):
             time.sleep(0.05)
 
 
 def _kill_leftovers(run_dir: Path) -> None:
     """A containerd or shim that outlived its dockerd (a kill -9, a crash) names the run dir: stop it."""
-    needle = str(run_dir).encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if needle in (proc / "cmdline").read_bytes():
-                _stop_pid(int(proc.name))
-        except OSError:
-            continue
+    needle = str(run_dir)
+    for pid, argv in command_lines():
+        if pid != os.getpid() and any(needle in word for word in argv):
+            _stop_pid(pid)
 
 
 def _unmount_under(state: Path) -> None:
@@ -250,14 +232,8 @@ def running_states(root: Path) -> list[Path]:
     (no walk of the tree: an engine's data root holds every layer it ever unpacked)."""
     prefix = str(root.resolve()) + "/"
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith("dockerd") and "--pidfile" in argv:
+    for _pid, argv in command_lines():
+        if argv[0].endswith("dockerd") and "--pidfile" in argv[:-1]:
             pidfile = argv[argv.index("--pidfile") + 1]
             if pidfile.startswith(prefix):
                 found.append(Path(pidfile).parent)

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.processes import alive, command_lines
+
 START_TIMEOUT_S = 10.0
 
 
@@ -109,9 +111,7 @@ class GitServer:
             os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # ours (started by this process): reap it, or it stays a zombie
-            if not _alive(pid):
+            if not alive(pid):
                 break
             time.sleep(0.05)
         else:
@@ -120,26 +120,12 @@ class GitServer:
         return True
 
 
-def _alive(pid: int) -> bool:
-    """Running, and not a zombie (a zombie has exited; only its parent's wait is missing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def running_servers(root: Path) -> list[GitServer]:
     """The sandbox git daemons running under `root` (read off their --pid-file), for a teardown that
     does not know each sandbox's root."""
     prefix = str(root.resolve()) + "/"
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
+    for _pid, argv in command_lines():
         pidfile = next((a.removeprefix("--pid-file=") for a in argv if a.startswith("--pid-file=")), "")
         if "daemon" in argv and pidfile.startswith(prefix):
             found.append(GitServer(Path(pidfile).parent.parent))
