@@ -20,6 +20,7 @@ from resources.git import git_for
 from resources.site import load_site
 from sandbox.jovian_sources import LOCK_FORMAT, parse_lock
 from sandbox.jovian_world import PACKAGES, REPOS, JovianRepos, lock_path, new_lab_rev
+from sandbox.processes import command_lines
 from sandbox.world import Sandbox, up
 
 FIXTURE_LOCK = Path(__file__).resolve().parent / "corpus" / "lab" / "r35.source.lock"  # the lab's real r35 lock
@@ -28,8 +29,15 @@ WINDOW_S = 30 * 60
 
 
 def bare(url: str) -> git.Repo:
-    assert url.startswith("file://"), url
-    return git.Repo(unquote(urlparse(url).path))
+    """The bare repo behind a fork's URL: the forks and their deps are served by the sandbox's git daemon
+    (a build clones them from inside an engine), read here from the base path of the daemon on that port."""
+    parsed = urlparse(url)
+    assert parsed.scheme == "git" and parsed.hostname == "127.0.0.1", url
+    for _pid, argv in command_lines():
+        if "daemon" in argv and f"--port={parsed.port}" in argv:
+            base = next(a.removeprefix("--base-path=") for a in argv if a.startswith("--base-path="))
+            return git.Repo(Path(base) / unquote(parsed.path).lstrip("/"))
+    raise AssertionError(f"no git daemon serves {url}")
 
 
 def lab_lock(sb: Sandbox, rev: str) -> dict[str, str]:
@@ -185,8 +193,8 @@ def test_vllm_cmake_uses_the_real_patterns(sb: Sandbox) -> None:
     text = "\n".join(files.values())
     assert 'set(CUTLASS_REVISION "v4.4.2"' in files["CMakeLists.txt"]
     assert "GIT_TAG ${CUTLASS_REVISION}" in text and "$ENV{VLLM_CUTLASS_SRC_DIR}" in text
-    assert re.search(r"GIT_REPOSITORY file://\S+/flashmla\.git\s+GIT_TAG [0-9a-f]{40}\s+GIT_SUBMODULES \"csrc/cutlass\"", text)
-    assert 'set(_FLASHKDA_UPSTREAM_REPO "file://' in text and "GIT_TAG ${_FLASHKDA_UPSTREAM_TAG}" in text
+    assert re.search(r"GIT_REPOSITORY git://\S+/flashmla\.git\s+GIT_TAG [0-9a-f]{40}\s+GIT_SUBMODULES \"csrc/cutlass\"", text)
+    assert 'set(_FLASHKDA_UPSTREAM_REPO "git://' in text and "GIT_TAG ${_FLASHKDA_UPSTREAM_TAG}" in text
     hip = re.search(r'if\(VLLM_GPU_LANG STREQUAL "HIP"\)\s+set\(TRITON_GIT "(\S+)"\)\s+else\(\)\s+set\(TRITON_GIT "(\S+)"\)', text)
     assert hip and hip.group(1).endswith("/triton-rocm.git") and hip.group(2).endswith("/triton.git")
     assert text.count("FetchContent_Populate(") == 1
