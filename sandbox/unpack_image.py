@@ -41,7 +41,7 @@ def unpack(registry: Registry, *, repository: str, reference: str, root: Path) -
                 if rel.name.startswith(".wh."):
                     _remove(root / rel.parent / rel.name.removeprefix(".wh."))
                     continue
-                tar.extract(member, root, filter="data")
+                tar.extract(member, root, filter="tar")
     return len(manifest.layers)
 
 
