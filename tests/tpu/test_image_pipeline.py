@@ -19,7 +19,6 @@ from resources.iris import iris_for
 from resources.registry import HttpRegistry
 from resources.site import load_site
 from resources.uv import UvCli
-from sandbox.fake_iris import stop_all
 from sandbox.world import (
     SANDBOX_TOKEN_ENV,
     SANDBOX_TOKEN_VALUE,
@@ -27,7 +26,7 @@ from sandbox.world import (
     up,
     use_iris_contract,
 )
-from tests.conftest import remote_head, sandbox_resources
+from tests.conftest import remote_head, sandbox_resources, stop_sandbox
 from tests.registry_server import RegistryServer
 from tests.report import queue_fault
 from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
@@ -46,7 +45,7 @@ def any_registry_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Ite
     resources = sandbox_resources(sb, tmp_path / "cache")
     with dg.instance_for_test() as instance:
         yield Pipeline(sb, resources, instance)
-    stop_all(sb.iris_home)
+    stop_sandbox(sb)
 
 
 def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
@@ -235,7 +234,7 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
         site_packages = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
         cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
         assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
-        stop_all(sb.iris_home)
+        stop_sandbox(sb)
 
 
 @pytest.mark.parametrize("contract", ["2026-07", "2026-06"])
