@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from lockstep.cli import main as lockstep_cli
 from resources.iris import iris_for
 from resources.registry import HttpRegistry
-from resources.site import load_site
+from resources.site import SITE_ENV, load_site
 from resources.uv import UvCli
 from sandbox.world import (
     SANDBOX_TOKEN_ENV,
@@ -229,9 +229,10 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
         runner = CliRunner()
         digest = runner.invoke(lockstep_cli, ["image", "digest", ref])
         assert digest.exit_code == 0 and digest.output.strip() == metadata(result, IMAGE)["digest"]
-        probes = runner.invoke(lockstep_cli, ["image", "probes", ref])
+        # The probes read where the site says the image installs harbor (the sandbox image's python is 3.11).
+        probes = runner.invoke(lockstep_cli, ["image", "probes", ref], env={SITE_ENV: str(sb.site_file)})
         assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
-        site_packages = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
+        site_packages = load_site(sb.site_file).tpu.site_packages
         cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
         assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
         stop_sandbox(sb)
