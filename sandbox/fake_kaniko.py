@@ -107,9 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         return _err("you must provide --destination, or use --no-push")
     if not args.context.startswith("dir://"):
         return _err(f"context {args.context}: the sandbox kaniko reads dir:// contexts only")
-    context = args.context.removeprefix("dir://")
-    # The iris bundle is /app in the task; in the sandbox it is the job's app/ directory.
-    app = Path(os.environ["APP_DIR"]) if context.rstrip("/") == "/app" else Path(context)
+    # The iris bundle is /app in the task; in the sandbox it is the job's app/ directory, and the task's
+    # only files: a context elsewhere would be the host's.
+    context = args.context.removeprefix("dir://").rstrip("/")
+    if context != "/app" and not context.startswith("/app/"):
+        return _err(f"error resolving source context: {args.context}: the task's files are under /app")
+    app = _within(Path(os.environ["APP_DIR"]), context.removeprefix("/app").lstrip("/") or ".")
+    if app is None or not app.is_dir():
+        return _err(f"error resolving source context: {args.context} is not a directory")
     dockerfile = _within(app, args.dockerfile)
     if dockerfile is None or not dockerfile.is_file():
         return _err(f"error resolving dockerfile path: {args.dockerfile} is not a file in the context")

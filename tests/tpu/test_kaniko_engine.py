@@ -122,6 +122,8 @@ def test_skip_unused_stages_prints_the_forks_deprecation_warning(kaniko: Executo
         (["--cache-repo=ghcr.io/open-thoughts/openthoughts-agent/cache-tpu"], "cache flags invalid"),
         (["--cache-repo=@IMAGE@/cache-tpu:latest"], "cache flags invalid"),
         (["--cache=maybe"], "invalid syntax"),
+        (["--context", "dir:///etc"], "the task's files are under /app"),
+        (["--context", "dir:///app/../etc"], "is not a directory"),
     ],
 )
 def test_flags_kaniko_refuses(kaniko: Executor, flags: list[str], message: str) -> None:
