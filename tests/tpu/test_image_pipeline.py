@@ -213,29 +213,31 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
     server = registry_server
     with dg.instance_for_test() as instance:
         sb = up(tmp_path / "sandbox", registry=server.host)
-        resources = sandbox_resources(sb, tmp_path / "cache")
-        p = Pipeline(sb, resources, instance)
-        assert isinstance(p.registry, HttpRegistry)
-        advance_harbor(sb.root, fix=True)
-        commit = p.relock()
-        result = p.build(commit)
-        assert result.success, failure_message(result)
-        assert p.tag("promote").success
-        http = HttpRegistry(host=server.host)
-        assert http.resolve(repository=p.repository, reference="tpu") == metadata(result, IMAGE)["digest"]
+        try:
+            resources = sandbox_resources(sb, tmp_path / "cache")
+            p = Pipeline(sb, resources, instance)
+            assert isinstance(p.registry, HttpRegistry)
+            advance_harbor(sb.root, fix=True)
+            commit = p.relock()
+            result = p.build(commit)
+            assert result.success, failure_message(result)
+            assert p.tag("promote").success
+            http = HttpRegistry(host=server.host)
+            assert http.resolve(repository=p.repository, reference="tpu") == metadata(result, IMAGE)["digest"]
 
-        # People's CLI against the same server.
-        ref = f"{server.host}/{p.repository}:tpu"
-        runner = CliRunner()
-        digest = runner.invoke(lockstep_cli, ["image", "digest", ref])
-        assert digest.exit_code == 0 and digest.output.strip() == metadata(result, IMAGE)["digest"]
-        # The probes read where the site says the image installs harbor (the sandbox image's python is 3.11).
-        probes = runner.invoke(lockstep_cli, ["image", "probes", ref], env={SITE_ENV: str(sb.site_file)})
-        assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
-        site_packages = load_site(sb.site_file).tpu.site_packages
-        cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
-        assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
-        stop_sandbox(sb)
+            # People's CLI against the same server.
+            ref = f"{server.host}/{p.repository}:tpu"
+            runner = CliRunner()
+            digest = runner.invoke(lockstep_cli, ["image", "digest", ref])
+            assert digest.exit_code == 0 and digest.output.strip() == metadata(result, IMAGE)["digest"]
+            # The probes read where the site says the image installs harbor (the sandbox image's python is 3.11).
+            probes = runner.invoke(lockstep_cli, ["image", "probes", ref], env={SITE_ENV: str(sb.site_file)})
+            assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
+            site_packages = load_site(sb.site_file).tpu.site_packages
+            cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
+            assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
+        finally:
+            stop_sandbox(sb)
 
 
 @pytest.mark.parametrize("contract", ["2026-07", "2026-06"])
