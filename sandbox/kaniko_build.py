@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from resources.registry import ImageRef, LayoutRegistry, RegistryError
 from sandbox.engines import DOCKER, Engine
@@ -47,9 +48,10 @@ def engine_for(sandbox_root: Path) -> Engine:
 
 
 def _docker(engine: Engine, *args: str, timeout: int = 120, env: dict[str, str] | None = None,
-            stdin: int | None = None, input_bytes: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+            stdin: IO[bytes] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The engine's own client (argv, never a shell), its output captured."""
     return subprocess.run([str(DOCKER), *args], env=env or engine.env(), capture_output=True, timeout=timeout,
-                          check=False, stdin=stdin, input=input_bytes)
+                          check=False, stdin=stdin if stdin is not None else subprocess.DEVNULL)
 
 
 def _fail(what: str, proc: subprocess.CompletedProcess[bytes]) -> BuildError:
@@ -109,10 +111,17 @@ def single_snapshot(engine: Engine, *, image: str, tag: str) -> str:
         argv = ["import"]
         for change in _changes(config):
             argv += ["--change", change]
-        imported = _docker(engine, *argv, "-", tag, stdin=export.stdout, timeout=BUILD_TIMEOUT_S)
-        assert export.stdout is not None
-        export.stdout.close()
-        if export.wait(timeout=60) != 0 or imported.returncode != 0:
+        try:
+            imported = _docker(engine, *argv, "-", tag, stdin=export.stdout, timeout=BUILD_TIMEOUT_S)
+        finally:
+            assert export.stdout is not None
+            export.stdout.close()  # a failed import leaves the export without a reader: it ends on EPIPE
+            try:
+                export.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                export.kill()
+                export.wait()
+        if export.returncode != 0 or imported.returncode != 0:
             raise _fail("taking the single snapshot (docker export | docker import)", imported)
         return imported.stdout.decode().strip()
     finally:
