@@ -41,24 +41,49 @@ harbor = {{ git = "{harbor_url}", branch = "{harbor_branch}" }}
 """
 
 
-def dockerfile(harbor_url: str, harbor_commit: str) -> str:
-    return f"""# The Iris TPU datagen + eval runtime (lockstep sandbox copy of docker/Dockerfile.tpu).
-FROM python:3.12-slim
+BASE_IMAGE = "lockstep-sandbox/python:3.11"  # sandbox/engines.py's offline python base (python_base)
+VENV_PYTHON = "python3.11"  # the base's python: the venv's site-packages is lib/python3.11
 
-RUN apt-get update && apt-get install -y --no-install-recommends git curl && rm -rf /var/lib/apt/lists/*
-RUN pip install --no-cache-dir uv
+
+def dockerfile(harbor_url: str, harbor_commit: str, *, git_daemon: str, repos_uri: str) -> str:
+    """The sandbox consumer's docker/Dockerfile.tpu, shaped like open-thoughts/OpenThoughts-Agent's (53265d2f).
+
+    `harbor_url` is harbor's URL as uv.lock has it (a file:// URL under `repos_uri`); inside the build,
+    git fetches it from the sandbox's git daemon `git_daemon` (``git://127.0.0.1:PORT/``), because a
+    container cannot see the host's files and uv speaks git only over https, ssh and file.
+    """
+    return f"""# The Iris TPU datagen + eval runtime (lockstep sandbox copy of docker/Dockerfile.tpu).
+# (sandbox) The real image starts FROM python:3.12-slim; nothing can be pulled here, so the base is
+# the sandbox's offline python image (python 3.11, git, uv), already loaded in the build's engine.
+FROM {BASE_IMAGE}
+
+# (sandbox) Harbor's URL below is the one uv.lock names; in the build, git fetches it from the
+# sandbox's git daemon, as a real build fetches github.com. No package index: nothing else is needed.
+RUN git config --system url."{git_daemon}".insteadOf "{repos_uri}"
+ENV UV_NO_INDEX=1
+
+RUN uv venv /opt/openthoughts/.venv
+
+ENV VIRTUAL_ENV=/opt/openthoughts/.venv
+ENV PATH="$VIRTUAL_ENV/bin:$PATH"
 
 WORKDIR /opt/openthoughts
-COPY pyproject.toml uv.lock ./
-RUN uv venv /opt/openthoughts/.venv && . /opt/openthoughts/.venv/bin/activate && \\
-    uv pip install -e ".[datagen-tpu,cloud]"
+COPY pyproject.toml ./
+
+# The base install brings harbor from the FLOATING branch pyproject.toml follows; its layer is cached
+# by the (unchanged) COPYed pyproject.toml + RUN string, so a harbor move does not bust it (runbook §2).
+# (sandbox) The real line is `uv pip install -e ".[datagen-tpu,cloud]"`; offline, only the dependencies.
+RUN . /opt/openthoughts/.venv/bin/activate && \\
+    uv pip install -r pyproject.toml
 
 # Harbor is canonical and fast-moving: install it FRESH from the pinned commit (runbook §2).
+# Keep this aligned with the Harbor pin in uv.lock; the worker's frozen sync is the runtime authority.
 ENV HARBOR_COMMIT={harbor_commit}
 RUN . /opt/openthoughts/.venv/bin/activate && \\
     uv pip install --no-deps --force-reinstall \\
         "harbor[daytona] @ git+{harbor_url}@${{HARBOR_COMMIT}}" && \\
-    python -c "import harbor, importlib.metadata as m; print('baked harbor', m.version('harbor'))"
+    python -c "import harbor, importlib.metadata as m; print('baked harbor', m.version('harbor'))" && \\
+    echo "baked harbor commit: ${{HARBOR_COMMIT}}"
 
 COPY . /app
 """

@@ -64,6 +64,10 @@ class GitServer:
         rel = bare.resolve().relative_to(self.base_path.resolve())
         return f"git://127.0.0.1:{self.port()}/{rel.as_posix()}"
 
+    def url_base(self) -> str:
+        """``git://127.0.0.1:PORT/``: the daemon's root, under which each bare repo is its relative path."""
+        return f"git://127.0.0.1:{self.port()}/"
+
     def pid(self) -> int | None:
         try:
             pid = int((self.state / "pid").read_text().strip())

@@ -9,7 +9,7 @@ naive grep for the raise finds a hit even in a fixed build (runbook §4).
 from __future__ import annotations
 
 import re
-from importlib import metadata
+from pathlib import Path
 
 GUARD = "        if existing_config != self.config:\n"
 BUG = (
@@ -34,12 +34,6 @@ def _filler(first: int, count: int) -> str:
     )
 
 
-def _uv_build_requirement() -> str:
-    # Pinned to the uv lockstep ships, so uv builds harbor with its built-in backend: no index needed.
-    major, minor = (int(x) for x in metadata.version("uv").split(".")[:2])
-    return f"uv_build>={major}.{minor},<{major}.{minor + 1}"
-
-
 def pyproject(version: str) -> str:
     return f"""[project]
 name = "harbor"
@@ -52,12 +46,15 @@ dependencies = []
 daytona = []
 
 [build-system]
-requires = ["{_uv_build_requirement()}"]
-build-backend = "uv_build"
-
-[tool.uv.build-backend]
-module-root = ""
+requires = []
+build-backend = "backend"
+backend-path = ["."]
 """
+
+
+# harbor's in-tree build backend (written as backend.py): uv builds harbor from git with no package
+# index, inside the image build as on the host.
+BACKEND_PY = (Path(__file__).resolve().parent / "templates" / "harbor_backend.py").read_text(encoding="utf-8")
 
 
 def init_py(version: str, revision: int) -> str:

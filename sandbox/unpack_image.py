@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 from resources.registry import ImageRef, Registry, registry_for
@@ -31,18 +32,31 @@ def unpack(registry: Registry, *, repository: str, reference: str, root: Path) -
         raise SystemExit(f"{repository}@{reference}: not in the registry")
     root.mkdir(parents=True, exist_ok=True)
     for layer in manifest.layers:
-        with registry.open_blob(repository=repository, digest=layer.digest) as blob, tarfile.open(fileobj=blob, mode="r|*") as tar:
-            for member in tar:
-                rel = Path(member.name.lstrip("./"))
-                if rel.name == ".wh..wh..opq":
-                    for child in (root / rel.parent).glob("*"):
-                        _remove(child)
-                    continue
-                if rel.name.startswith(".wh."):
-                    _remove(root / rel.parent / rel.name.removeprefix(".wh."))
-                    continue
-                tar.extract(member, root, filter="data")
+        # A seekable copy of the layer: a hard link whose target cannot be linked is extracted again from
+        # the archive, which a stream cannot do.
+        with registry.open_blob(repository=repository, digest=layer.digest) as blob, tempfile.TemporaryFile() as copy:
+            shutil.copyfileobj(blob, copy)
+            copy.seek(0)
+            _apply(tarfile.open(fileobj=copy, mode="r:*"), root)
     return len(manifest.layers)
+
+
+def _apply(tar: tarfile.TarFile, root: Path) -> None:
+    """One layer over `root`: OCI whiteouts remove, everything else is extracted (tar filter: nothing
+    lands outside `root`; absolute symlink targets are kept, as a container runtime keeps them)."""
+    with tar:
+        for member in tar:
+            rel = Path(member.name.lstrip("./"))
+            if rel.is_absolute() or ".." in rel.parts:  # a whiteout must not remove anything outside root
+                raise SystemExit(f"layer member {member.name!r} leaves the image root")
+            if rel.name == ".wh..wh..opq":
+                for child in (root / rel.parent).glob("*"):
+                    _remove(child)
+                continue
+            if rel.name.startswith(".wh."):
+                _remove(root / rel.parent / rel.name.removeprefix(".wh."))
+                continue
+            tar.extract(member, root, filter="tar")
 
 
 def main(argv: list[str] | None = None) -> int:

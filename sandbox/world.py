@@ -35,6 +35,7 @@ from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
 from sandbox.consumer_source import ConsumerShape
 from sandbox.fake_iris import install_fake_iris
+from sandbox.git_server import GitServer
 from sandbox.jovian_world import jovian_section, jovian_up, lane_section
 from sandbox.layout import BUILD_NODE, Sandbox
 from sandbox.spark_nodes import install_nodes, spark_section
@@ -44,10 +45,12 @@ CONSUMER_BRANCH = "penfever/working"
 AUTHOR = git.Actor("sandbox upstream", "upstream@sandbox.invalid")
 DEFAULT_DIR = Path(".sandbox")
 SANDBOX_IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"
-# The sandbox image's venv python is the host's python3 with the image's site-packages on its path.
+# Where the sandbox image's venv keeps harbor: its base's python is 3.11 (the real image's is 3.12).
+SITE_PACKAGES = f"/opt/openthoughts/.venv/lib/{consumer_source.VENV_PYTHON}/site-packages"
+# The smoke job runs the host's python3 (the same 3.11 the image has) over the unpacked image's site-packages.
 SMOKE_COMMAND = [
     "bash", "-lc",
-    'PYTHONPATH="$IMAGE_ROOT/opt/openthoughts/.venv/lib/python3.12/site-packages" python3 -c '
+    f'PYTHONPATH="$IMAGE_ROOT{SITE_PACKAGES}" python3 -c '
     '"import harbor.job, importlib.metadata as m; print(\'harbor\', m.version(\'harbor\'))"',
 ]
 
@@ -124,6 +127,7 @@ def _create_harbor(sb: Sandbox) -> str:
         wt = Path(repo.working_dir)
         paths = _write(wt, {
             "pyproject.toml": harbor_source.pyproject("0.8.0"),
+            "backend.py": harbor_source.BACKEND_PY,
             "harbor/__init__.py": harbor_source.init_py("0.8.0", 0),
             "harbor/job.py": harbor_source.job_py(fixed=False),
         })
@@ -141,7 +145,8 @@ def _create_consumer(sb: Sandbox, harbor_sha: str, image: str, shape: ConsumerSh
         paths = _write(wt, {
             "README.md": consumer_source.README,
             "pyproject.toml": consumer_source.pyproject(harbor_url, HARBOR_BRANCH, shape),
-            "docker/Dockerfile.tpu": consumer_source.dockerfile(harbor_url, harbor_sha),
+            "docker/Dockerfile.tpu": consumer_source.dockerfile(
+                harbor_url, harbor_sha, git_daemon=GitServer(sb.root).url_base(), repos_uri=sb.repos.resolve().as_uri() + "/"),
             "docker/build_tpu_kaniko.sh": consumer_source.build_script(image),
         })
         (wt / "docker/build_tpu_kaniko.sh").chmod(0o755)
@@ -168,6 +173,7 @@ def site_config(sb: Sandbox, registry: str | None = None) -> SiteConfig:
             consumer_branch=CONSUMER_BRANCH,
             image=sandbox_image(registry),
             smoke_command=SMOKE_COMMAND,
+            site_packages=SITE_PACKAGES,
             # The sandbox wants to show builds after re-locks; a real site rarely needs this (runbook §7).
             rebuild_on_lock_change=True,
         ),

@@ -19,9 +19,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, advance_harbor, up
-from tests.conftest import sandbox_resources
+from tests.conftest import sandbox_resources, stop_sandbox
 from tests.deploy.instance import write_production_home
 from tests.postgres_server import PgDatabase, PostgresServer
 from tests.runs import Pipeline, failure_message
@@ -88,7 +87,7 @@ def history(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) 
                 yield History(home=home, db=db, sb=sb, env=env, builds=(b1, b2, b3), export_fix=export_fix,
                               digests=digests)
             finally:
-                stop_all(sb.iris_home)
+                stop_sandbox(sb)
 
 
 def test_tpu_pipeline_history_is_stored_in_postgres(history: History) -> None:

@@ -32,7 +32,8 @@ from resources.site import SiteConfig, load_site
 from resources.site_jovian import DEFAULT_BOOT_GATES, BootGate
 from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
-from sandbox.world import AUTHOR, HARBOR_BRANCH, Sandbox, up
+from sandbox.world import AUTHOR, CONSUMER_BRANCH, HARBOR_BRANCH, Sandbox, up
+from tests.conftest import stop_sandbox
 from tests.registry_proxy import RegistryProxy
 from tests.registry_server import RegistryServer
 
@@ -46,8 +47,10 @@ SECRET = "ghp_PreflightNeverShowThis0123456789"
 
 
 @pytest.fixture(scope="module")
-def sb(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
-    return up(tmp_path_factory.mktemp("preflight") / "sandbox")
+def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    world = up(tmp_path_factory.mktemp("preflight") / "sandbox")
+    yield world
+    stop_sandbox(world)  # whatever engine a check started
 
 
 def variant(sb: Sandbox, name: str, edit: Callable[[dict[str, Any]], object]) -> SiteConfig:
@@ -108,6 +111,10 @@ def test_an_unpinned_executor_of_the_archived_kaniko_is_a_warning_not_a_failure(
     assert build_report(tmp_path / "site.toml", sections).exit_code == 0  # warnings allowed
 
 
+def remote_dockerfile(sb: Sandbox) -> str:
+    return git.Repo(sb.consumer).git.show(f"{CONSUMER_BRANCH}:docker/Dockerfile.tpu")
+
+
 def test_a_dockerfile_pin_that_is_not_the_locks_fails_naming_both(sb: Sandbox, tmp_path: Path) -> None:
     other = "ab" * 20
 
@@ -118,7 +125,8 @@ def test_a_dockerfile_pin_that_is_not_the_locks_fails_naming_both(sb: Sandbox, t
 
     [pin] = only(consumer_sections(sb, "pin-drift", drift, tmp_path))
     locked = git.Repo(sb.harbor).commit(HARBOR_BRANCH).hexsha  # what the consumer's uv.lock pins
-    assert (pin.check, pin.where) == ("consumer.dockerfile_pin", "docker/Dockerfile.tpu:13")
+    line = next(n for n, text in enumerate(remote_dockerfile(sb).splitlines(), 1) if text.startswith("ENV HARBOR_COMMIT="))
+    assert (pin.check, pin.where) == ("consumer.dockerfile_pin", f"docker/Dockerfile.tpu:{line}")
     assert pin.what.startswith(f"HARBOR_COMMIT={other[:12]} but uv.lock pins harbor {locked[:12]}")
     assert f"`ENV HARBOR_COMMIT={locked}`" in pin.fix
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox
+from tests.conftest import stop_sandbox
 from tests.runs import Pipeline
 
 
@@ -20,4 +20,4 @@ def pipeline(sb: Sandbox, resources: dict[str, object], tmp_path: Path) -> Itera
     (home / "dagster.yaml").write_text("")
     with dg.instance_for_test(temp_dir=str(home)) as instance:
         yield Pipeline(sb, resources, instance)
-    stop_all(sb.iris_home)
+    stop_sandbox(sb)

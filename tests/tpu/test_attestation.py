@@ -48,9 +48,8 @@ from resources.registry.referrers import (
 )
 from resources.registry.refs import OCI_CONFIG, OCI_MANIFEST
 from resources.site import SiteResource, load_site
-from sandbox.fake_iris import stop_all
 from sandbox.world import SANDBOX_ATTEST_KEY_ENV, Sandbox, advance_harbor, sandbox_attest_key, up
-from tests.conftest import sandbox_resources
+from tests.conftest import sandbox_resources, stop_sandbox
 from tests.registry_server import RegistryServer
 from tests.runs import Pipeline, failure_message, metadata
 from tpu_assets.history import VERIFIED_IMAGE
@@ -196,7 +195,7 @@ def signed(tmp_path_factory: pytest.TempPathFactory, registry_server: RegistrySe
             yield Signed(p=p, build=build, digest=digest, att_raw=att.raw, envelope=envelope, registry=registry,
                          verified_meta=metadata(result, VERIFIED_IMAGE))
         finally:
-            stop_all(sb.iris_home)
+            stop_sandbox(sb)
 
 
 def _put_att(s: Signed, envelope: bytes) -> None:

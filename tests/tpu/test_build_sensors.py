@@ -59,11 +59,13 @@ def test_base_layer_change_requests_a_build(sb: Sandbox, resources: dict[str, ob
     instance = dg.DagsterInstance.ephemeral()
     cursor = remote_head(sb.consumer)
 
-    def apt(wt: Path) -> None:
+    def base_layer(wt: Path) -> None:
         p = wt / "docker/Dockerfile.tpu"
-        p.write_text(p.read_text().replace("git curl", "git curl jq"))
+        text = p.read_text()
+        assert "\nCOPY . /app\n" in text
+        p.write_text(text.replace("\nCOPY . /app\n", "\nRUN echo 'ulimit -n 65535' >> /etc/profile\n\nCOPY . /app\n"))
 
-    sha = push_consumer(sb, apt, "Dockerfile: add jq")
+    sha = push_consumer(sb, base_layer, "Dockerfile: raise the open files limit")
     (request,) = tick("consumer_rebuild_sensor", resources, instance, cursor=cursor).run_requests
     assert request.partition_key == sha and "docker/Dockerfile.tpu outside the HARBOR_COMMIT line" in request.tags["lockstep/rebuild_reason"]
 

@@ -30,9 +30,8 @@ from lockstep.run_launcher import worker_started
 from resources.git import git_for
 from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
-from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, up
-from tests.conftest import sandbox_resources
+from tests.conftest import sandbox_resources, stop_sandbox
 from tests.postgres_server import PostgresServer, running_postgres
 from tests.registry_server import RegistryServer, running_registry
 from tests.report import count
@@ -96,7 +95,7 @@ def built(registry_server: RegistryServer, tmp_path_factory: pytest.TempPathFact
                         records=records, builds=(builds[0], builds[1]),
                         digests={b: p.pinned(b) or "" for b in builds}, hand=hand)
         finally:
-            stop_all(sb.iris_home)
+            stop_sandbox(sb)
 
 
 class TagWorld:

@@ -17,9 +17,8 @@ from click.testing import CliRunner
 from lockstep.cli import main as lockstep_cli
 from resources.iris import iris_for
 from resources.registry import HttpRegistry
-from resources.site import load_site
+from resources.site import SITE_ENV, load_site
 from resources.uv import UvCli
-from sandbox.fake_iris import stop_all
 from sandbox.world import (
     SANDBOX_TOKEN_ENV,
     SANDBOX_TOKEN_VALUE,
@@ -27,7 +26,7 @@ from sandbox.world import (
     up,
     use_iris_contract,
 )
-from tests.conftest import remote_head, sandbox_resources
+from tests.conftest import remote_head, sandbox_resources, stop_sandbox
 from tests.registry_server import RegistryServer
 from tests.report import queue_fault
 from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
@@ -46,7 +45,7 @@ def any_registry_pipeline(request: pytest.FixtureRequest, tmp_path: Path) -> Ite
     resources = sandbox_resources(sb, tmp_path / "cache")
     with dg.instance_for_test() as instance:
         yield Pipeline(sb, resources, instance)
-    stop_all(sb.iris_home)
+    stop_sandbox(sb)
 
 
 def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
@@ -214,28 +213,31 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
     server = registry_server
     with dg.instance_for_test() as instance:
         sb = up(tmp_path / "sandbox", registry=server.host)
-        resources = sandbox_resources(sb, tmp_path / "cache")
-        p = Pipeline(sb, resources, instance)
-        assert isinstance(p.registry, HttpRegistry)
-        advance_harbor(sb.root, fix=True)
-        commit = p.relock()
-        result = p.build(commit)
-        assert result.success, failure_message(result)
-        assert p.tag("promote").success
-        http = HttpRegistry(host=server.host)
-        assert http.resolve(repository=p.repository, reference="tpu") == metadata(result, IMAGE)["digest"]
+        try:
+            resources = sandbox_resources(sb, tmp_path / "cache")
+            p = Pipeline(sb, resources, instance)
+            assert isinstance(p.registry, HttpRegistry)
+            advance_harbor(sb.root, fix=True)
+            commit = p.relock()
+            result = p.build(commit)
+            assert result.success, failure_message(result)
+            assert p.tag("promote").success
+            http = HttpRegistry(host=server.host)
+            assert http.resolve(repository=p.repository, reference="tpu") == metadata(result, IMAGE)["digest"]
 
-        # People's CLI against the same server.
-        ref = f"{server.host}/{p.repository}:tpu"
-        runner = CliRunner()
-        digest = runner.invoke(lockstep_cli, ["image", "digest", ref])
-        assert digest.exit_code == 0 and digest.output.strip() == metadata(result, IMAGE)["digest"]
-        probes = runner.invoke(lockstep_cli, ["image", "probes", ref])
-        assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
-        site_packages = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
-        cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
-        assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
-        stop_all(sb.iris_home)
+            # People's CLI against the same server.
+            ref = f"{server.host}/{p.repository}:tpu"
+            runner = CliRunner()
+            digest = runner.invoke(lockstep_cli, ["image", "digest", ref])
+            assert digest.exit_code == 0 and digest.output.strip() == metadata(result, IMAGE)["digest"]
+            # The probes read where the site says the image installs harbor (the sandbox image's python is 3.11).
+            probes = runner.invoke(lockstep_cli, ["image", "probes", ref], env={SITE_ENV: str(sb.site_file)})
+            assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
+            site_packages = load_site(sb.site_file).tpu.site_packages
+            cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
+            assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
+        finally:
+            stop_sandbox(sb)
 
 
 @pytest.mark.parametrize("contract", ["2026-07", "2026-06"])

@@ -24,9 +24,8 @@ from click.testing import CliRunner
 from lockstep.cli import main
 from resources.registry import ImageRef, registry_for
 from resources.site import SiteResource, load_site
-from sandbox.fake_iris import stop_all
 from sandbox.world import Sandbox, up
-from tests.conftest import sandbox_resources
+from tests.conftest import sandbox_resources, stop_sandbox
 from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
@@ -60,7 +59,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
             yield Built(sb=sb, records=records, builds=(builds[0], builds[1]),
                         digests={b: p.pinned(b) or "" for b in builds})
         finally:
-            stop_all(sb.iris_home)
+            stop_sandbox(sb)
 
 
 class World:

@@ -125,7 +125,8 @@ def test_pins_that_disagree_fail_the_blocking_check(sb: Sandbox, resources: dict
     bad = lock_and_dockerfile_agree(lock=drifted, **bound)
     assert good.passed
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
-    assert "docker/Dockerfile.tpu:13" in (bad.description or "") and "11111111" in (bad.description or "")
+    line = find_pin(remote_file(sb.consumer, "docker/Dockerfile.tpu"), "docker/Dockerfile.tpu", "HARBOR_COMMIT").line
+    assert f"docker/Dockerfile.tpu:{line}" in (bad.description or "") and "11111111" in (bad.description or "")
     assert lock_and_dockerfile_agree.check_specs_by_output_name  # registered as a check...
     (spec,) = lock_and_dockerfile_agree.check_specs
     assert spec.blocking  # ...that blocks downstream assets when it fails
