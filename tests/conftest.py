@@ -62,16 +62,11 @@ def sb(tmp_path: Path) -> Iterator[Sandbox]:
     stop_sandbox(world)
 
 
-def stop_sandbox(world: Sandbox) -> None:
-    from sandbox.engines import stop_engines
-    from sandbox.fake_containers import stop_sandbox_containers
-    from sandbox.fake_iris import stop_all
-    from sandbox.git_server import GitServer
+def stop_sandbox(world: Sandbox) -> list[str]:
+    """What `lockstep sandbox down` does: iris jobs, the lane's containers, engines, the git daemon."""
+    from sandbox.teardown import stop_sandbox as down
 
-    stop_all(world.iris_home)
-    stop_sandbox_containers(world.root)
-    stop_engines(world.root)
-    GitServer(world.root).stop()
+    return down(world.root)
 
 
 def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:
