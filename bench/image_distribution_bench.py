@@ -14,6 +14,8 @@ base `lockstep-sandbox/python:3.11` (Engine.ensure_bases) plus one layer of --gi
 Then, alternating --repeat times and compared by medians:
   floor   `docker save IMG | docker load` from "build" to "floor", both engines on this host: no ssh,
           no lockstep; what moving the image costs on this machine at all
+  floor3  the same-host reference for three: one `docker save` on "build" tee'd into `docker load` on
+          a, b and c (fifos, no ssh, no lockstep): what three loads of the image cost on this machine
   star    lockstep's own path, jovian_assets.node_build.distribute_image(mode="star"): one
           `docker save` on the build node (a `local` node) streamed by SparkNodes.pipe over ssh into
           `docker load` on a, b and c in parallel
@@ -62,7 +64,7 @@ GiB = 1024**3
 MiB = 1024**2
 LANE = ["a", "b", "c"]
 TAG = "lockstep-bench/distribution:big"
-MODES = ("floor", "star", "relay")
+MODES = ("floor", "floor3", "star", "relay")
 DOCKER_TIMEOUT_S = 1800
 
 
@@ -151,6 +153,7 @@ class Bench:
         """Seconds for one distribution in `mode`, the receivers emptied first and checked after."""
         assert self.spark is not None
         receivers = ["floor"] if mode == "floor" else LANE
+        engines = self.engines
         for name in receivers:
             remove_image(self.engines[name])
         self.spark.close()  # every run opens its connections, as a Dagster run does
@@ -163,6 +166,21 @@ class Bench:
             seconds = time.perf_counter() - started
             got = docker(floor, "image", "inspect", "--format", "{{.Id}}", TAG)
             assert got == image.image_id, f"floor holds {got}, the build node {image.image_id}"
+            return seconds
+        if mode == "floor3":
+            fifos = [self.root / f"fifo-{name}" for name in LANE[:2]]
+            for fifo in fifos:
+                fifo.unlink(missing_ok=True)
+                os.mkfifo(fifo)
+            a, b, c = (engines[name].host for name in LANE)
+            line = (f"{DOCKER} -H {a} load -q < {fifos[0]} & A=$!; {DOCKER} -H {b} load -q < {fifos[1]} & B=$!; "
+                    f"{DOCKER} -H {engines['build'].host} save {TAG} | tee {fifos[0]} {fifos[1]} | "
+                    f"{DOCKER} -H {c} load -q && wait $A && wait $B")
+            subprocess.run(["bash", "-o", "pipefail", "-c", line], check=True, capture_output=True,
+                           timeout=DOCKER_TIMEOUT_S)  # fmt: skip
+            seconds = time.perf_counter() - started
+            got = {name: docker(engines[name], "image", "inspect", "--format", "{{.Id}}", TAG) for name in LANE}
+            assert set(got.values()) == {image.image_id}, f"{got}, the build node {image.image_id}"
             return seconds
         done = distribute_image(self.spark, image, nodes=LANE, mode=mode)  # raises unless every ID matches
         seconds = time.perf_counter() - started
@@ -210,7 +228,9 @@ def main() -> None:
     print(f"{'mode':<8}{'seconds':>9}{'x floor':>9}   (median of {args.repeat}; image {size / GiB:.2f} GiB)")
     for mode in MODES:
         print(f"{mode:<8}{median[mode]:>9.2f}{median[mode] / median['floor']:>9.2f}")
-    print(f"image IDs equal to the build node's on a, b, c (star, relay) and on floor: {image_id}")
+    print(f"image IDs equal to the build node's on a, b, c (floor3, star, relay) and on floor: {image_id}")
+    print(f"over the same-host reference for three (floor3): star {median['star'] / median['floor3']:.2f}, "
+          f"relay {median['relay'] / median['floor3']:.2f}; floor3 / floor = {median['floor3'] / median['floor']:.2f}")
     print(f"star to 3 / floor to 1 = {median['star'] / median['floor']:.2f}")
     print(f"RATIO image of {size / GiB:.2f} GiB to 3 lane nodes over ssh, relay, seconds / same-host docker save | "
           f"docker load: {median['relay'] / median['floor']:.2f}")
