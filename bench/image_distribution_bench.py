@@ -22,8 +22,8 @@ Then, alternating --repeat times and compared by medians:
   relay   the same with mode="relay": lockstep sends to a only; a tees into its `docker load` and into
           its own OpenSSH client to b (relay_key / relay_known_hosts of its [[spark.nodes]] entry), b to c
 Before each run the image is removed from the receiving engines. After each, the image ID on every
-receiving engine must equal the built one (distribute_image checks the lane; the floor is checked
-here). The last line is the relay's time over the floor's. Every engine, sshd and per-connection sshd
+receiving engine must equal the built one (distribute_image checks the lane; the two floors are
+checked here). The last line is the relay's time over the floor's. Every engine, sshd and per-connection sshd
 is stopped by PID at the end, also on Ctrl-C or SIGTERM.
 
 On one 2-core machine every lane node shares the CPUs and the disk with the others and with the build
