@@ -47,9 +47,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from jovian_assets.definitions import jovian_resources
 from jovian_assets.node_assets import DISTRIBUTED
 from resources.site import load_site
-from sandbox.fake_containers import stop_sandbox_containers
-from sandbox.fake_iris import queue_fault, stop_all
+from sandbox.fake_iris import queue_fault
 from sandbox.jovian_world import new_lab_rev
+from sandbox.teardown import stop_sandbox
 from sandbox.world import (
     SANDBOX_ATTEST_KEY_ENV,
     SANDBOX_TOKEN_ENV,
@@ -219,8 +219,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     yield World(base=base, sb=sb, home=home, registry=registry, sshd=sshd, canaries=canaries,
                                 outcomes=outcomes, tpu=tpu)
             finally:
-                stop_all(sb.iris_home)
-                stop_sandbox_containers(sb.root)
+                stop_sandbox(sb.root)  # iris jobs, the lane's containers, engines, the git daemon: by PID
 
 
 @pytest.fixture(scope="module")
