@@ -32,6 +32,7 @@ from resources.site import SiteConfig, load_site
 from resources.site_jovian import DEFAULT_BOOT_GATES
 from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
+from sandbox.teardown import stop_sandbox
 from sandbox.world import AUTHOR, HARBOR_BRANCH, Sandbox, up
 from tests.registry_proxy import RegistryProxy
 from tests.registry_server import RegistryServer
@@ -46,8 +47,10 @@ SECRET = "ghp_PreflightNeverShowThis0123456789"
 
 
 @pytest.fixture(scope="module")
-def sb(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
-    return up(tmp_path_factory.mktemp("preflight") / "sandbox")
+def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    world = up(tmp_path_factory.mktemp("preflight") / "sandbox")
+    yield world
+    stop_sandbox(world.root)  # a node check's `docker version` starts that node's engine: stopped by PID
 
 
 def variant(sb: Sandbox, name: str, edit: Callable[[dict[str, Any]], object]) -> SiteConfig:
