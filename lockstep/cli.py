@@ -7,12 +7,16 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
 from resources.errors import LockstepError
+
+if TYPE_CHECKING:  # the sandbox is imported by the commands that use it, not at CLI start
+    from sandbox.layout import Sandbox
 
 
 @click.group()
@@ -75,7 +79,7 @@ def _require_engines() -> None:
         raise click.ClickException(str(exc)) from None
 
 
-def _start_engines(sb) -> list[int]:  # type: ignore[no-untyped-def]
+def _start_engines(sb: Sandbox) -> list[int]:
     from sandbox.engines import EngineError
     from sandbox.spark_nodes import start_engines
 
@@ -416,7 +420,7 @@ def demo(root: Path, port: int) -> None:
     sys.exit(_serve_then_down(sb, argv, env))
 
 
-def _serve_then_down(sb, argv: list[str], env: dict[str, str]) -> int:  # type: ignore[no-untyped-def]
+def _serve_then_down(sb: Sandbox, argv: list[str], env: dict[str, str]) -> int:
     """Run `argv` (dagster dev) until it ends, Ctrl-C or SIGTERM; then stop what the sandbox runs (its
     engines, iris jobs, the lane's containers, its git daemon), whichever way it ended."""
     import signal
