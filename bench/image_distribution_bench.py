@@ -1,7 +1,7 @@
 """Image distribution: a real image of more than 1 GiB from a build node's Docker engine to three lane
 nodes' engines over real sshd, star and relay, against the same-host floor, side by side in one run.
 
-    uv run python bench/image_distribution_bench.py [--gib 1] [--repeat 2]
+    uv run python bench/image_distribution_bench.py [--gib 1] [--repeat 3]
 
 Needs root and Debian's docker.io (one dockerd per node, sandbox/engines.py) and openssh-server. Starts,
 under a temporary directory: five engines ("build", lane nodes "a", "b", "c", and "floor"), each a
@@ -191,7 +191,7 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=1.0, help="GiB of random bytes in the image's own layer (default 1)")
-    parser.add_argument("--repeat", type=int, default=2, help="alternating rounds; medians compared (default 2)")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds; medians compared (default 3)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("image_distribution_bench needs root: it runs Docker engines (dockerd)")
