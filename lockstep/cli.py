@@ -7,12 +7,16 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
 from resources.errors import LockstepError
+
+if TYPE_CHECKING:  # the sandbox is imported by the commands that use it, not at CLI start
+    from sandbox.layout import Sandbox
 
 
 @click.group()
@@ -43,10 +47,46 @@ def sandbox_up(root: Path, registry: str | None, consumer_shape: str) -> None:
     """Create the sandbox (idempotent) and print its site file."""
     from sandbox.world import up
 
+    _require_engines()
     sb = _guard(lambda: up(root, registry=registry, consumer_shape=consumer_shape))  # type: ignore[arg-type]
+    pids = _start_engines(sb)
     click.echo(f"sandbox ready: {sb.site_file}")
     click.echo(f"  harbor   {sb.url(sb.harbor)}")
     click.echo(f"  consumer {sb.url(sb.consumer)}")
+    click.echo(f"  engines  {len(pids)} dockerd (pids {', '.join(map(str, pids))}); stop them: lockstep sandbox down")
+
+
+@sandbox.command("down")
+@_dir
+def sandbox_down(root: Path) -> None:
+    """Stop everything the sandbox runs (iris jobs, containers, its Docker engines, its git daemon) by the
+    PIDs it recorded; keeps its files. Idempotent."""
+    from sandbox.teardown import stop_sandbox
+
+    stopped = _guard(lambda: stop_sandbox(root))
+    for line in stopped:
+        click.echo(f"stopped {line}")
+    click.echo(f"sandbox {root}: nothing runs" if not stopped else f"sandbox {root}: stopped {len(stopped)}")
+
+
+def _require_engines() -> None:
+    """Before anything is made: the sandbox's nodes run real Docker engines (Debian's docker.io)."""
+    from sandbox.engines import EngineError, require_docker_io
+
+    try:
+        require_docker_io()
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _start_engines(sb: Sandbox) -> list[int]:
+    from sandbox.engines import EngineError
+    from sandbox.spark_nodes import start_engines
+
+    try:
+        return start_engines(sb)
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @sandbox.command("advance-harbor")
@@ -357,6 +397,7 @@ def demo(root: Path, port: int) -> None:
         up,
     )
 
+    _require_engines()
     sb = _guard(lambda: up(root))
     home = sb.root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
@@ -376,7 +417,49 @@ def demo(root: Path, port: int) -> None:
     click.echo(f"lockstep demo on http://127.0.0.1:{port} (sandbox {sb.root}); Ctrl-C stops it")
     click.echo("  push upstream from another terminal: lockstep sandbox advance-harbor")
     argv = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)]
-    os.execvpe(argv[0], argv, env)
+    sys.exit(_serve_then_down(sb, argv, env))
+
+
+def _serve_then_down(sb: Sandbox, argv: list[str], env: dict[str, str]) -> int:
+    """Run `argv` (dagster dev) until it ends, Ctrl-C or SIGTERM; then stop what the sandbox runs (its
+    engines, iris jobs, the lane's containers, its git daemon), whichever way it ended."""
+    import signal
+    import subprocess
+
+    from sandbox.teardown import stop_sandbox
+
+    class _Terminated(Exception):
+        pass
+
+    def on_term(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    proc = None
+    previous = signal.signal(signal.SIGTERM, on_term)  # a service manager's stop: tear down as Ctrl-C does
+    try:
+        _start_engines(sb)
+        proc = subprocess.Popen(argv, env=env)
+        return proc.wait()
+    except (KeyboardInterrupt, _Terminated) as why:
+        # Ctrl-C reached dagster dev too (one process group); a SIGTERM to us did not: pass it on.
+        if proc is not None and isinstance(why, _Terminated):
+            proc.terminate()
+        return 130 if isinstance(why, KeyboardInterrupt) else 143
+    finally:
+        # A second Ctrl-C or SIGTERM must not cut the teardown short (dagster dev keeps its own handlers).
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if proc is not None:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        click.echo("lockstep demo: stopping the sandbox's engines, jobs and git daemon", err=True)
+        for line in stop_sandbox(sb.root):
+            click.echo(f"  stopped {line}", err=True)
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _set_demo_pools(home: Path, site_file: Path) -> None:

@@ -76,14 +76,11 @@ def sb(tmp_path: Path) -> Iterator[Sandbox]:
     stop_sandbox(world)
 
 
-def stop_sandbox(world: Sandbox) -> None:
-    from sandbox.engines import stop_engines
-    from sandbox.fake_iris import stop_all
-    from sandbox.git_server import GitServer
+def stop_sandbox(world: Sandbox) -> list[str]:
+    """What `lockstep sandbox down` does: iris jobs, the lane's containers, engines, the git daemon."""
+    from sandbox.teardown import stop_sandbox as down
 
-    stop_all(world.iris_home)
-    stop_engines(world.root)
-    GitServer(world.root).stop()
+    return down(world.root)
 
 
 def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:
@@ -153,13 +150,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=weight)  # stable, one weight per module: each module's tests stay together, in order
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller marks the session: every process it, its workers and its tests start inherits the
+    token, so whatever still carries it at the end has leaked (tests/leaks.py)."""
+    from tests.leaks import mark_session
+
+    if not hasattr(config, "workerinput"):
+        config.stash[_SESSION_TOKEN] = mark_session()
+
+
+_SESSION_TOKEN = pytest.StashKey[str]()
+_LEAKS = pytest.StashKey[list[str]]()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """On an xdist worker: hand the counts to the controller, which prints the summary."""
+    """On an xdist worker: hand the counts to the controller, which prints the summary. On the controller:
+    the leak check: a process the session started that still runs is stopped, named, and fails the run."""
+    from tests.leaks import check
     from tests.report import COUNTS
 
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["lockstep_counts"] = dict(COUNTS)
+        return
+    token = session.config.stash.get(_SESSION_TOKEN, None)
+    leaks = check(token) if token else []
+    if leaks:
+        session.config.stash[_LEAKS] = [str(leak) for leak in leaks]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -171,6 +189,13 @@ def pytest_testnodedown(node: object, error: object) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     from tests.report import COUNTS
+
+    leaks = terminalreporter.config.stash.get(_LEAKS, [])
+    if leaks:
+        terminalreporter.section("lockstep: processes the test session left running (stopped now)", red=True)
+        for line in leaks:
+            terminalreporter.write_line(f"LEAKED {line}")
+        terminalreporter.write_line("a test (or fixture) must stop what it starts, by PID: this run fails")
 
     if COUNTS and not hasattr(terminalreporter.config, "workeroutput"):
         terminalreporter.section("lockstep: inputs tried")

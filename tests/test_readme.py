@@ -39,6 +39,7 @@ from click.testing import CliRunner
 
 from lockstep.cli import main
 from resources.site import SiteConfig
+from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources, stop_sandbox
 from tests.runs import Pipeline, failure_message
@@ -530,7 +531,7 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
             run("lockstep sandbox new-lab-rev r29 --half-cut")
             run("lockstep sandbox new-lab-rev r39 --hold lmcache")
     finally:
-        stop_sandbox(sb)
+        stop_sandbox(sb.root)  # iris jobs, engines, the git daemon: by PID
     assert ran == list(LOCKSTEP_SCENARIO), "the scenario runs every listed command, in order"
 
     # Both code locations load with the site the commands left behind, as `dagster definitions validate` says.

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import git
+import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main
 from resources.site import load_site
 from resources.uv import UvLock
 from sandbox.harbor_source import BUG, FIX, GUARD
+from sandbox.teardown import stop_sandbox
 from tests.conftest import remote_file, remote_head
 
 
@@ -20,8 +23,14 @@ def run(*args: str) -> str:
     return result.output
 
 
-def test_up_creates_real_repos_and_a_valid_site_and_is_idempotent(tmp_path: Path) -> None:
-    root = tmp_path / "sb"
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    """Where the test's sandbox lives; `sandbox up` starts its nodes' engines: stopped by PID after."""
+    yield tmp_path / "sb"
+    stop_sandbox(tmp_path / "sb")
+
+
+def test_up_creates_real_repos_and_a_valid_site_and_is_idempotent(root: Path) -> None:
     run("sandbox", "up", "--dir", str(root))
     site = load_site(root / "site.toml")
     harbor, consumer = root / "repos/harbor.git", root / "repos/openthoughts-agent.git"
@@ -51,8 +60,7 @@ def test_up_creates_real_repos_and_a_valid_site_and_is_idempotent(tmp_path: Path
     assert max(raises) - guard > 400  # and the legitimate per-trial raise far below
 
 
-def test_up_makes_the_other_consumer_shape_when_asked(tmp_path: Path) -> None:
-    root = tmp_path / "sb"
+def test_up_makes_the_other_consumer_shape_when_asked(root: Path) -> None:
     run("sandbox", "up", "--dir", str(root), "--consumer-shape", "uv_source")
     consumer = root / "repos/openthoughts-agent.git"
     pyproject = remote_file(consumer, "pyproject.toml")

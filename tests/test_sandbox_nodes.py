@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -24,9 +25,11 @@ from lockstep.cli import main
 from resources.site import SiteResource, load_site
 from resources.site_jovian import DEFAULT_BOOT_GATES, DEFAULT_VERSIONS_KEYS
 from resources.spark import PipeFailed, spark_for
+from sandbox.engines import stop_engines
 from sandbox.jovian_sources import FLASHKDA_EXTENSION, parse_lock
 from sandbox.jovian_world import BUILD_DIR, lock_path, new_lab_rev
 from sandbox.spark_nodes import NODES, install_node, install_nodes, node_env, set_bench_knobs
+from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
 
 
@@ -90,8 +93,18 @@ def gate_context(lock: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
-    return up(tmp_path_factory.mktemp("nodes") / "sandbox")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = up(tmp_path_factory.mktemp("nodes") / "sandbox")
+    yield sb
+    stop_sandbox(sb.root)  # its nodes' engines (started by their first docker command) and the git daemon
+
+
+@pytest.fixture(autouse=True)
+def stopped_engines(tmp_path: Path) -> Iterator[None]:
+    """A node a test installs under its tmp_path starts its engine with its first docker command: stopped
+    by PID after the test."""
+    yield
+    stop_engines(tmp_path)
 
 
 @pytest.fixture(scope="module")

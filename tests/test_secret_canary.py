@@ -49,6 +49,7 @@ from jovian_assets.node_assets import DISTRIBUTED
 from resources.site import load_site
 from sandbox.fake_iris import queue_fault
 from sandbox.jovian_world import new_lab_rev
+from sandbox.teardown import stop_sandbox
 from sandbox.world import (
     SANDBOX_ATTEST_KEY_ENV,
     SANDBOX_TOKEN_ENV,
@@ -58,7 +59,6 @@ from sandbox.world import (
     use_iris_contract,
 )
 from tests.canary_scan import Canary, ScanReport, scan
-from tests.conftest import stop_sandbox
 from tests.jovian.lab import ASSETS as JOVIAN_ASSETS
 from tests.jovian.lab import Lab, done
 from tests.registry_server import RegistryServer, running_registry
@@ -219,7 +219,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     yield World(base=base, sb=sb, home=home, registry=registry, sshd=sshd, canaries=canaries,
                                 outcomes=outcomes, tpu=tpu)
             finally:
-                stop_sandbox(sb)
+                stop_sandbox(sb.root)  # iris jobs, the lane's containers, engines, the git daemon: by PID
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from dagster_graphql import DagsterGraphQLClient
 
 from jovian_assets.node_assets import node_pool
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
+from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor
 from tests.conftest import stop_sandbox
 from tests.deploy.instance import PRODUCTION_YAML, write_production_home
@@ -61,7 +62,7 @@ def test_the_demo_queues_with_the_production_pool_rules() -> None:
 def instance(home: Path, sb: Sandbox) -> Iterator[dg.DagsterInstance]:
     with dg.DagsterInstance.from_config(str(home)) as inst:
         yield inst
-    stop_sandbox(sb)
+    stop_sandbox(sb.root)  # iris jobs, engines, the git daemon: by PID
 
 
 def start_ui(sb: Sandbox, home: Path, tmp_path: Path) -> Demo:

@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor, up
 from tests.conftest import sandbox_resources, stop_sandbox
 from tests.deploy.instance import write_production_home
@@ -87,7 +88,7 @@ def history(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) 
                 yield History(home=home, db=db, sb=sb, env=env, builds=(b1, b2, b3), export_fix=export_fix,
                               digests=digests)
             finally:
-                stop_sandbox(sb)
+                stop_sandbox(sb.root)  # iris jobs, engines, the git daemon: by PID
 
 
 def test_tpu_pipeline_history_is_stored_in_postgres(history: History) -> None:

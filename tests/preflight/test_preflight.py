@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import git
@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from lockstep.cli import main
 from lockstep.preflight.findings import EXIT_CANNOT_RUN
+from sandbox.teardown import stop_sandbox
 from sandbox.world import SANDBOX_TOKEN_VALUE, Sandbox, up
 from tests.conftest import remote_head, stop_sandbox
 from tests.registry_server import RegistryServer
@@ -33,6 +34,14 @@ EVERY_AREA = {"consumer.harbor_branch", "consumer.lock", "consumer.dockerfile_pi
               "build_repo.versions_env", "build_repo.profiles", "build_repo.fetch_deps", "build_repo.recipes",
               "build_repo.baseline", "build_repo.boot_gates", "iris.binary", "iris.contract", "iris.controller",
               "iris.push_token", "nodes.docker", "nodes.bench_tools", "registry.push"}
+
+
+@pytest.fixture(autouse=True)
+def stopped_sandbox(tmp_path: Path) -> Iterator[None]:
+    """Preflight's `docker version` on each node starts that node's engine: the test's sandbox (always
+    `tmp_path / "sandbox"` here) is stopped by PID after it."""
+    yield
+    stop_sandbox(tmp_path / "sandbox")
 
 
 def preflight(site: Path, *args: str) -> tuple[int, str]:

@@ -32,8 +32,8 @@ from resources.site import SiteConfig, load_site
 from resources.site_jovian import DEFAULT_BOOT_GATES, BootGate
 from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
+from sandbox.teardown import stop_sandbox
 from sandbox.world import AUTHOR, CONSUMER_BRANCH, HARBOR_BRANCH, Sandbox, up
-from tests.conftest import stop_sandbox
 from tests.registry_proxy import RegistryProxy
 from tests.registry_server import RegistryServer
 
@@ -50,7 +50,7 @@ SECRET = "ghp_PreflightNeverShowThis0123456789"
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     world = up(tmp_path_factory.mktemp("preflight") / "sandbox")
     yield world
-    stop_sandbox(world)  # whatever engine a check started
+    stop_sandbox(world.root)  # a node check's `docker version` starts that node's engine: stopped by PID
 
 
 def variant(sb: Sandbox, name: str, edit: Callable[[dict[str, Any]], object]) -> SiteConfig:

@@ -252,7 +252,9 @@ def test_detached_build_killed_without_exit_file_has_vanished(spark: SparkNodes,
     # State comes from the pid and the exit file: a reaped build prints no last line, and says nothing.
     handle = spark.start_detached(node="n1", argv=["sleep", "60"], log=str(tmp_path / "b.log"))
     assert spark.poll(handle=handle).state == "running"
-    assert spark.run(node="n1", argv=["kill", "-9", str(handle.pid)]).ok
+    # The build's shell first (so it never writes an exit file), then its `sleep`, which would outlive the test.
+    kill = 'children=$(pgrep -P "$1"); kill -9 "$1" && kill -9 $children'
+    assert spark.run(node="n1", argv=["sh", "-c", kill, "sh", str(handle.pid)]).ok
     deadline = time.monotonic() + 10
     while (state := spark.poll(handle=handle)).state == "running" and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -26,6 +26,7 @@ from resources.errors import FileFormatError
 from resources.site import SiteResource, load_site
 from resources.spark import SparkNodes, spark_for
 from resources.spark.relay import RelayFailed
+from sandbox.engines import stop_engines
 from sandbox.spark_nodes import install_node, node_env
 from tests.resources.test_site import GOOD, write
 from tests.sshd_server import (
@@ -73,6 +74,7 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     finally:
         for server in servers.values():
             stop_sshd(server)
+        stop_engines(base)  # the nodes' engines, started by their first docker command: by PID
 
 
 @pytest.fixture(autouse=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
 from tests.servers import (
     ServerNotReady,
@@ -136,4 +137,9 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
     try:
         yield server
     finally:
-        stop_demo(server)
+        try:
+            stop_demo(server)
+        finally:
+            # The demo stops its sandbox on SIGTERM; should it have been killed first, what it left
+            # (engines, iris jobs, the git daemon) is stopped here, by the PIDs the sandbox recorded.
+            stop_sandbox(server.sandbox.root)
