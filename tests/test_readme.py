@@ -41,7 +41,7 @@ from lockstep.cli import main
 from resources.site import SiteConfig
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
-from tests.conftest import sandbox_resources, stop_sandbox
+from tests.conftest import sandbox_resources
 from tests.runs import Pipeline, failure_message
 
 pytestmark = pytest.mark.heavy(60)  # seconds, about (33-70 here): two sandbox builds, three lab revs, a Postgres

@@ -27,7 +27,6 @@ from jovian_assets.node_assets import node_pool
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor
-from tests.conftest import stop_sandbox
 from tests.deploy.instance import PRODUCTION_YAML, write_production_home
 from tests.jovian.lab import Lab
 from tests.postgres_server import PostgresServer

@@ -21,7 +21,7 @@ import pytest
 
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor, up
-from tests.conftest import sandbox_resources, stop_sandbox
+from tests.conftest import sandbox_resources
 from tests.deploy.instance import write_production_home
 from tests.postgres_server import PgDatabase, PostgresServer
 from tests.runs import Pipeline, failure_message

@@ -22,7 +22,7 @@ from lockstep.cli import main
 from lockstep.preflight.findings import EXIT_CANNOT_RUN
 from sandbox.teardown import stop_sandbox
 from sandbox.world import SANDBOX_TOKEN_VALUE, Sandbox, up
-from tests.conftest import remote_head, stop_sandbox
+from tests.conftest import remote_head
 from tests.registry_server import RegistryServer
 from tests.sshd_server import PASSPHRASE, PASSPHRASE_ENV, known_hosts_line, running_sshd
 
@@ -63,7 +63,7 @@ def test_a_fresh_sandbox_is_all_green_and_preflight_changes_nothing(kind: str, t
                                                                     request: pytest.FixtureRequest) -> None:
     server: RegistryServer | None = request.getfixturevalue("registry_server") if kind == "http" else None
     sb = up(tmp_path / "sandbox", registry=server.host if server else None)
-    request.addfinalizer(lambda: stop_sandbox(sb))  # the nodes' engines the pre-flight started
+    request.addfinalizer(lambda: stop_sandbox(sb.root))  # the nodes' engines the pre-flight started
     before = heads(sb)
 
     code, out = preflight(sb.site_file)
@@ -98,7 +98,7 @@ def test_a_real_sites_three_day_one_mistakes_are_exactly_what_fails(
         tmp_path: Path, push_consumer: Callable[..., str], push_repo: Callable[..., str],
         monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     sb = up(tmp_path / "sandbox")
-    request.addfinalizer(lambda: stop_sandbox(sb))  # the nodes' engines the pre-flight started
+    request.addfinalizer(lambda: stop_sandbox(sb.root))  # the nodes' engines the pre-flight started
     push_consumer(sb, real_xtrace_order, "build script as upstream has it")
     push_repo(sb.repos / BUILD_REPO, "main", lambda wt: (wt / "recipes/glm53-2x/baseline.json").unlink(),
               "lose the lane's baseline")

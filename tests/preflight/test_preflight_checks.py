@@ -33,7 +33,7 @@ from resources.site_jovian import DEFAULT_BOOT_GATES, BootGate
 from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
 from sandbox.teardown import stop_sandbox
-from sandbox.world import AUTHOR, CONSUMER_BRANCH, HARBOR_BRANCH, Sandbox, up
+from sandbox.world import AUTHOR, HARBOR_BRANCH, Sandbox, up
 from tests.registry_proxy import RegistryProxy
 from tests.registry_server import RegistryServer
 
