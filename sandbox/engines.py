@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import importlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -159,6 +160,8 @@ class Engine:
                 _stop_pid(pid)
             _kill_leftovers(self.run_dir)
             _unmount_under(self.state)
+            _unmount_under(self.run_dir)
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # its socket and exec-root: nothing to keep
             return pid is not None
 
     def ensure_bases(self, names: list[str]) -> None:

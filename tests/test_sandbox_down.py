@@ -13,6 +13,7 @@ from lockstep.cli import main
 from sandbox import engines
 from sandbox.engines import DOCKER, ENGINE_DIR, Engine, EngineError, require_docker_io
 from sandbox.git_server import GitServer
+from sandbox.gpu_toolchain import CUDA_BASE_TAG
 from sandbox.layout import BUILD_NODE
 from sandbox.spark_nodes import node_root, start_engines
 from sandbox.teardown import stop_sandbox
@@ -46,9 +47,9 @@ def test_down_stops_engines_containers_and_the_git_daemon_and_a_second_down_find
     try:
         dockerds = start_engines(sb)
         build = Engine(node_root(sb.root, BUILD_NODE) / ENGINE_DIR)
-        # A container that would run for minutes, on the build node's engine (its python base is loaded).
+        # A container that would run for minutes, on the build node's engine (its Jovian base is loaded).
         run = subprocess.run([str(DOCKER), "-H", build.host, "run", "-d", "--network", "none", "--name", "sleeper",
-                              "lockstep-sandbox/python:3.11", "python3", "-c", "import time; time.sleep(600)"],
+                              CUDA_BASE_TAG, "python3", "-c", "import time; time.sleep(600)"],
                              env=build.env(), capture_output=True, text=True, timeout=120, check=False)
         assert run.returncode == 0, run.stderr
         git_port = GitServer(sb.root).ensure()

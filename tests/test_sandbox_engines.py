@@ -45,7 +45,7 @@ def test_an_engine_runs_its_containers_and_stops_with_them_by_pid(tmp_path: Path
         assert len(engine_processes(engine)) >= 3  # dockerd, containerd, the container's shim
     finally:
         assert stop_engines(tmp_path) == [engine.state]
-    assert not alive(pid) and engine_processes(engine) == []
+    assert not alive(pid) and engine_processes(engine) == [] and not engine.run_dir.exists()
     assert stop_engines(tmp_path) == []  # nothing left to stop
     shutil.rmtree(tmp_path / "node")  # nothing mounted under it any more
 
