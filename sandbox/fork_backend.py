@@ -11,7 +11,8 @@ What it takes from the fork's ``pyproject.toml``: ``[project] name`` and ``[tool
 ``{name, sources, archs}``: the sources compiled with ``nvcc`` into ``name``). The version is
 ``SETUPTOOLS_SCM_PRETEND_VERSION``, as setuptools-scm reads it, written to ``<pkg>/_version.py``.
 
-``archs = "cmake"`` is vLLM's arch selection (``cmake/utils.cmake`` ``cuda_archs_loose_intersection``):
+``archs = "cmake"`` is vLLM's arch selection (vllm-project/vllm ``cmake/utils.cmake``
+``cuda_archs_loose_intersection`` at dae1891696cd2a04780509cf17ac7ab64e840981, simplified):
 each TORCH_CUDA_ARCH_LIST entry is kept when ``CUDA_SUPPORTED_ARCHS`` in CMakeLists.txt lists it, else
 mapped onto the supported arch of its family (12.1a -> 12.0: the GB10 trap ``preserve_sm12x_target``
 fixes), else dropped. ``archs = "torch"`` compiles exactly TORCH_CUDA_ARCH_LIST (torch.utils.cpp_extension).
