@@ -11,17 +11,11 @@ from pathlib import Path
 import pytest
 
 from sandbox.engines import Engine, engine_dirs
+from sandbox.processes import alive
 from sandbox.teardown import stop_sandbox
 from tests.ui.dagster_dev import start_demo, stop_demo
 
 pytestmark = pytest.mark.heavy(40)  # seconds, about: `dagster dev` starting both code locations
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_sigterm_to_the_demo_stops_dagster_dev_and_the_sandbox_engines(tmp_path: Path) -> None:
@@ -37,7 +31,7 @@ def test_sigterm_to_the_demo_stops_dagster_dev_and_the_sandbox_engines(tmp_path:
             pytest.fail(f"`lockstep demo` still runs 90 s after SIGTERM; its log:\n{demo.log_tail()}")
 
         assert returncode != 0
-        assert [pid for pid in engines.values() if pid and _alive(pid)] == [], demo.log_tail()
+        assert [pid for pid in engines.values() if pid and alive(pid)] == [], demo.log_tail()
         assert "stopped engine" in demo.log_tail(20000), demo.log_tail()
     finally:
         stop_demo(demo)

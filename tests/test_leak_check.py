@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.processes import alive
 from tests.leaks import SESSION_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,13 +45,6 @@ def _nested_pytest(test_file: Path, *extra: str) -> subprocess.CompletedProcess[
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_leaked_process_fails_the_session_is_named_and_is_stopped(tmp_path: Path) -> None:
     pidfile = tmp_path / "sleeper.pid"
     (tmp_path / "test_leaky.py").write_text(LEAKY.format(pidfile=str(pidfile)))
@@ -62,7 +56,7 @@ def test_a_leaked_process_fails_the_session_is_named_and_is_stopped(tmp_path: Pa
     assert run.returncode == pytest.ExitCode.TESTS_FAILED, output
     assert "1 passed" in output  # the test itself passed: the session failed for the leak alone
     assert f"LEAKED pid {pid}: sleep 3002" in output, output
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_a_session_that_stops_what_it_starts_passes(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from sandbox.engines import DOCKER, ENGINE_DIR, Engine, EngineError, require_doc
 from sandbox.git_server import GitServer
 from sandbox.gpu_toolchain import CUDA_BASE_TAG
 from sandbox.layout import BUILD_NODE
+from sandbox.processes import alive
 from sandbox.spark_nodes import node_root, start_engines
 from sandbox.teardown import stop_sandbox
 from sandbox.world import up
@@ -33,13 +34,6 @@ def _tree(pids: list[int]) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_down_stops_engines_containers_and_the_git_daemon_and_a_second_down_finds_nothing(tmp_path: Path) -> None:
@@ -64,7 +58,7 @@ def test_down_stops_engines_containers_and_the_git_daemon_and_a_second_down_find
         assert f"container {run.stdout.strip()[:12]} on the engine of {build.state}" in result.output
         assert f"git daemon (pid {git_pid})" in result.output
         assert all(f"dockerd pid {pid}" in result.output for pid in dockerds), result.output
-        assert [pid for pid in running if _alive(pid)] == []
+        assert [pid for pid in running if alive(pid)] == []
         assert not GitServer(sb.root).pid() and not any(Engine(s).running() for s in engines.engine_dirs(sb.root))
 
         again = CliRunner().invoke(main, ["sandbox", "down", "--dir", str(sb.root)], catch_exceptions=False)
