@@ -119,9 +119,15 @@ def _p256(key: object, what: str) -> None:
 
 
 def load_signing_key(pem: str, *, env: str) -> SigningKey:
-    """The PEM private key from $`env` (PKCS#8 or SEC1, unencrypted). Errors name `env`, never the value."""
+    """The PEM private key from $`env` (PKCS#8 or SEC1, unencrypted). Errors name `env`, never the value.
+
+    A one-line form with literal `\\n` between the PEM's lines is read too: an env file (docker compose's
+    `.env`, a Kubernetes `--from-env-file`) holds one line per variable.
+    """
     from cryptography.hazmat.primitives import serialization
 
+    if "\n" not in pem.strip() and "\\n" in pem:
+        pem = pem.replace("\\n", "\n")
     if not pem.strip():
         raise AttestError(f"${env} is unset or empty: export it with the ECDSA P-256 private key (PEM) that "
                           "signs attestations ([attest] key_env)")

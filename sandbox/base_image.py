@@ -59,6 +59,12 @@ class BaseSpec:
     tags: tuple[str, ...]
     extra: Mapping[str, ExtraFile] = field(default_factory=dict)
     env: tuple[str, ...] = ()
+    # More host files or directory trees, copied at their own paths with every library their ELF files need.
+    host_paths: tuple[Path, ...] = ()
+    # Lines appended to /etc/passwd and /etc/group (a service that refuses to run as root needs a user).
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ("/bin/sh",)
 
 
 def _uv_binary() -> Path:
@@ -108,12 +114,14 @@ def _walk(root: Path, skip: set[str] = frozenset()) -> Iterator[Path]:  # type: 
             yield Path(dirpath) / name
 
 
-def host_files(uv: Path) -> list[Path]:
+def host_files(uv: Path, extra: tuple[Path, ...] = ()) -> list[Path]:
     """The host files a base copies, in a stable order (their paths stay the same inside the image)."""
     _require(PYTHON, "python3.11")
     _require(BUSYBOX, "busybox-static")
     _require(GIT, "git")
     files = [PYTHON, BASH, GIT, *_walk(PYTHON_LIB, PYTHON_SKIP), *_walk(GIT_CORE), *_walk(GIT_TEMPLATES)]
+    for path in extra:
+        files += list(_walk(path)) if path.is_dir() else [path]
     elves = [p for p in files if not p.is_symlink() and _is_elf(p)]
     files += sorted(_libraries([*elves, uv]) - set(files))
     # A symlink (the loader, most sonames) is copied as a link: its target must come along too.
@@ -128,7 +136,7 @@ def _key(spec: BaseSpec, files: list[Path], uv: Path) -> str:
         h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     for name in sorted(spec.extra):
         h.update(f"{name}\0{spec.extra[name].mode}\0".encode() + hashlib.sha256(spec.extra[name].data).digest())
-    h.update("\0".join((*spec.tags, "|", *spec.env)).encode())
+    h.update("\0".join((*spec.tags, "|", *spec.env, "|", *spec.users, "|", *spec.groups, "|", *spec.cmd)).encode())
     return h.hexdigest()[:24]
 
 
@@ -191,8 +199,8 @@ def _layer_bytes(spec: BaseSpec, files: list[Path], uv: Path) -> bytes:
         layer.link(merged, f"usr/{merged}")
     layer.dirs("tmp/x")
     layer.dirs("root/x")
-    layer.add("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
-    layer.add("etc/group", b"root:x:0:\n")
+    layer.add("etc/passwd", "".join(f"{u}\n" for u in ("root:x:0:0:root:/root:/bin/sh", *spec.users)).encode())
+    layer.add("etc/group", "".join(f"{g}\n" for g in ("root:x:0:", *spec.groups)).encode())
     layer.add("etc/hosts", b"127.0.0.1 localhost\n")
     for name, extra in sorted(spec.extra.items()):
         layer.add(name, extra.data, extra.mode)
@@ -214,7 +222,7 @@ def _archive(spec: BaseSpec, layer: bytes) -> bytes:
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
     config = json.dumps({
         "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
-        "config": {"Env": [f"PATH={IMAGE_PATH}", "LANG=C.UTF-8", *spec.env], "Cmd": ["/bin/sh"], "WorkingDir": "/"},
+        "config": {"Env": [f"PATH={IMAGE_PATH}", "LANG=C.UTF-8", *spec.env], "Cmd": list(spec.cmd), "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "lockstep sandbox base (host files)"}],
     }, sort_keys=True, separators=(",", ":")).encode()
@@ -247,7 +255,7 @@ def image_id(archive: Path) -> str:
 def base_archive(spec: BaseSpec) -> Path:
     """The `docker load` archive for `spec`, made once per machine (content-keyed under .tools/)."""
     uv = _uv_binary()
-    files = host_files(uv)
+    files = host_files(uv, spec.host_paths)
     target = CACHE_DIR / f"{_key(spec, files, uv)}.tar"
     if target.is_file():
         return target

@@ -47,6 +47,8 @@ ENGINE_DIR = "engine"
 BASES: dict[str, str] = {
     "python": "sandbox.engines:python_base",
     "jovian": "sandbox.gpu_toolchain:jovian_base",
+    "deploy": "sandbox.deploy_images:deploy_base",
+    "postgres": "sandbox.deploy_images:postgres_base",
 }
 
 

@@ -1,7 +1,7 @@
 """IrisCli against the REAL iris: the `marin-iris` CLI from PyPI (0.2.20.dev202606180959, the newest
 this machine's index serves, 2026-06-18) and its own local controller (`iris --config=local.yaml
 cluster start --local`: a real controller with in-process workers that run a job's command as a
-process; no Docker). ./dev setup installs it into .tools/iris (tests/real_iris/requirements.txt).
+process; no Docker). ./dev setup installs it into .tools/iris (deploy/iris-requirements.txt).
 
 - Its own parser decides whether lockstep's command line is acceptable: this binary predates
   `--no-sync` (2026-06-24), so lockstep refuses before running anything, and the real CLI itself

@@ -313,3 +313,12 @@ def test_promotion_with_the_real_attestation_moves_the_tag(signed: Signed) -> No
     assert s.p.floating() == s.digest
     assert str(metadata(result)["attestation"]).startswith(f"attested: :{attestation_tag(s.digest)} layer 1 signed by "
                                                            f"trusted key {str(s.verified_meta['attestation_keyid'])[:16]}")
+
+
+def test_a_signing_key_on_one_line_as_an_env_file_holds_it_is_the_same_key() -> None:
+    pem = sandbox_attest_key()
+    one_line = pem.strip().replace("\n", "\\n")
+    assert "\n" not in one_line
+    assert load_signing_key(one_line, env="K").keyid == load_signing_key(pem, env="K").keyid
+    with pytest.raises(AttestError, match=r"\$K does not hold"):
+        load_signing_key(one_line.replace("\\n", "\\n\\n", 1)[:-40], env="K")

@@ -1,0 +1,253 @@
+"""The compose deployment, live: deploy/docker/ brought up on a real engine and driven through the
+webserver's GraphQL as the UI does (tests/deploy/compose_stack.py says what differs from a team's host).
+
+relock_harbor -> build_tpu -> promote_tpu, each run launched by DockerRunLauncher in a container of its
+own; the history lands in the stack's Postgres; `:tpu` moves and the promotion log equals the registry.
+Then the host loses the daemon and a promote's run container mid-run: run monitoring fails the run and
+frees its `tag_moves` slot, and the next promote runs and leaves the log equal to the registry. Every
+secret the site names (push token, attestation key, two webhooks, an SSH passphrase) reaches the run
+containers, and none of their values is in the stack's Postgres, its containers' logs or its volumes.
+An edited site is seen through the directory mount; a code server that loaded the old one says what to
+do on compose. `down -v` leaves no container, network or volume.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import git
+import pytest
+import tomli_w
+import tomllib
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
+
+from resources.registry import registry_for
+from resources.site import load_site
+from sandbox.engines import Engine
+from sandbox.world import CONSUMER_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
+from tests.canary_scan import Canary, scan
+from tests.conftest import stop_sandbox
+from tests.deploy.compose_stack import REPO, Stack, container_env, start_stack, stop_stack
+from tpu_assets.history import tag_history
+from tpu_assets.tag_log import log_disagreement
+
+pytestmark = pytest.mark.heavy(240)  # seconds, about: an image build, the stack, four runs, a daemon restart
+
+WEBHOOKS = ("LOCKSTEP_SLACK_WEBHOOK", "LOCKSTEP_TPU_ONCALL_WEBHOOK")
+PASSPHRASE = "SPARK_SSH_PASSPHRASE"
+RUN_TIMEOUT_S = 600
+
+
+def _canary(env: str) -> str:
+    return f"canary-{env.lower()}-{secrets.token_hex(12)}"
+
+
+def _attest_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
+
+
+def _site_with_every_secret(sb: Sandbox, attest_key: str) -> None:
+    """The sandbox site plus two webhooks and a key passphrase, signing with a fresh attestation key."""
+    data = tomllib.loads(sb.site_file.read_text())
+    public = serialization.load_pem_private_key(attest_key.encode(), password=None).public_key()
+    data["attest"]["trusted_keys"] = [public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()]
+    data["alerts"]["webhook"] = [{"name": "ml-infra-slack", "url_env": WEBHOOKS[0]},
+                                 {"name": "tpu-oncall", "url_env": WEBHOOKS[1], "events": ["hold", "tag_moved"]}]
+    data["spark"]["passphrase_env"] = PASSPHRASE
+    sb.site_file.write_text(tomli_w.dumps(data))
+
+
+@dataclass
+class Live:
+    sb: Sandbox
+    stack: Stack
+    canaries: dict[str, str]
+    client: DagsterGraphQLClient
+    root: Path
+    down: dict[str, list[str]] | None = None
+
+    def launch(self, job: str, *, tags: dict[str, str] | None = None) -> str:
+        return self.client.submit_job_execution(job, repository_location_name="tpu", repository_name="__repository__",
+                                                tags=tags or {})
+
+    def wait(self, run_id: str, timeout_s: float = RUN_TIMEOUT_S) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.client.get_run_status(run_id).value
+            if status in {"SUCCESS", "FAILURE", "CANCELED"}:
+                return status
+            time.sleep(2)
+        raise AssertionError(f"run {run_id} still {status} after {timeout_s:.0f} s")
+
+    def why(self, run_id: str) -> str:
+        """A failed run's story from the stack's event log: its failure events and its container's output."""
+        with self.instance() as instance:
+            said = [f"{e.dagster_event.event_type_value if e.dagster_event else 'log'}: {e.message}"
+                    for e in instance.all_logs(run_id)
+                    if e.dagster_event is None or "FAIL" in e.dagster_event.event_type_value or e.level >= 40]
+            for e in instance.all_logs(run_id):
+                if e.dagster_event and e.dagster_event.is_step_failure:
+                    said.append(str(e.dagster_event.step_failure_data.error))
+                data = e.dagster_event.event_specific_data if e.dagster_event else None
+                if getattr(data, "error", None) is not None:
+                    said.append(str(data.error))
+        container = self.stack.run_containers().get(run_id)
+        logs = self.stack.docker("logs", container["Id"], check=False)[-3000:] if container else "(no container)"
+        return "\n".join(said)[-6000:] + "\n--- container ---\n" + logs
+
+    def status(self, run_id: str) -> str:
+        return self.client.get_run_status(run_id).value
+
+    def graphql(self, query: str, variables: dict[str, object]) -> dict[str, object]:
+        return self.client._execute(query, variables)  # the UI's own mutations, which the client does not wrap
+
+    def add_build(self, sha: str) -> None:
+        answer = self.graphql(
+            """mutation($r: RepositorySelector!, $p: String!, $k: String!) {
+                 addDynamicPartition(repositorySelector: $r, partitionsDefName: $p, partitionKey: $k) {
+                   __typename ... on PythonError { message } ... on UnauthorizedError { message } } }""",
+            {"r": {"repositoryLocationName": "tpu", "repositoryName": "__repository__"}, "p": "tpu_builds", "k": sha},
+        )
+        assert answer["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", answer  # type: ignore[index]
+
+    def instance(self) -> dg.DagsterInstance:
+        home = self.root / "reader-home"
+        home.mkdir(exist_ok=True)
+        (home / "dagster.yaml").write_text(yaml.safe_dump({
+            "storage": {"postgres": {"postgres_url": self.stack.postgres_url()}}, "telemetry": {"enabled": False}}))
+        return dg.DagsterInstance.from_config(str(home))
+
+    def floating(self) -> str | None:
+        site = load_site(self.sb.site_file)
+        assert site.tpu is not None
+        return registry_for(site).resolve(repository=site.tpu.image_ref().repository, reference=site.tpu.floating_tag)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    root = tmp_path_factory.mktemp("compose-live")
+    sb = up(root / "sandbox")
+    attest_key = _attest_key()
+    _site_with_every_secret(sb, attest_key)
+    site = load_site(sb.site_file)
+    canaries = {env: _canary(env) for env in site.secret_env_names() if env != SANDBOX_ATTEST_KEY_ENV}
+    canaries[SANDBOX_ATTEST_KEY_ENV] = attest_key
+    assert set(canaries) == {SANDBOX_TOKEN_ENV, SANDBOX_ATTEST_KEY_ENV, PASSPHRASE, *WEBHOOKS}
+    # The sandbox, this checkout (the iris stand-in runs from it) and the iris engine's socket directory.
+    iris_engine = Engine(sb.root / "iris" / "engine")
+    iris_engine.state.mkdir(parents=True, exist_ok=True)
+    iris_engine.start()
+    mounts = [f"{sb.root}:{sb.root}", f"{REPO}:{REPO}:ro", f"{iris_engine.run_dir}:{iris_engine.run_dir}"]
+    env_values = {k: v.replace("\n", "\\n") for k, v in canaries.items()}
+    stack = start_stack(root=root, site_file=sb.site_file, site_dir=sb.root, extra_mounts=mounts,
+                        secrets_env=env_values)
+    world = Live(sb=sb, stack=stack, canaries=canaries, root=root,
+                 client=DagsterGraphQLClient("127.0.0.1", port_number=stack.ui_port, timeout=60))
+    try:
+        yield world
+    finally:
+        if world.down is None:
+            stop_stack(stack)
+        stop_sandbox(sb)
+
+
+def test_relock_build_promote_each_run_in_its_own_container(live: Live) -> None:
+    advance_harbor(live.sb.root)
+    relock = live.launch("relock_harbor")
+    assert live.wait(relock) == "SUCCESS", live.why(relock)
+    tip = git.Repo(live.sb.consumer).commit(CONSUMER_BRANCH).hexsha
+    live.add_build(tip)
+    build = live.launch("build_tpu", tags={"dagster/partition": tip})
+    assert live.wait(build) == "SUCCESS", live.why(build)
+    before = live.floating()
+    promote = live.launch("promote_tpu")
+    assert live.wait(promote) == "SUCCESS", live.why(promote)
+
+    containers = live.stack.run_containers()
+    for run_id in (relock, build, promote):
+        state = containers[run_id]["State"]
+        assert state["Status"] == "exited" and state["ExitCode"] == 0, (run_id, state)
+        assert containers[run_id]["Config"]["Image"] == live.stack.env["LOCKSTEP_IMAGE"]
+    assert len({c["Id"] for c in containers.values()}) == len(containers)  # one container per run
+
+    with live.instance() as instance:
+        runs = {r.run_id: r for r in instance.get_runs()}
+        assert {relock, build, promote} <= set(runs)
+        assert all(runs[r].status == dg.DagsterRunStatus.SUCCESS for r in (relock, build, promote))
+        log = list(reversed(tag_history(instance)))
+    now = live.floating()
+    assert now is not None and now != before
+    assert log_disagreement(log, now) is None and log[-1].to_digest == now
+
+
+def test_a_promote_lost_with_the_daemon_is_failed_by_run_monitoring_and_the_next_one_runs(live: Live) -> None:
+    stack = live.stack
+    promote = live.launch("promote_tpu")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while live.status(promote) not in {"STARTING", "STARTED"} or promote not in stack.run_containers():
+        assert time.monotonic() < deadline and live.status(promote) not in {"SUCCESS", "FAILURE"}
+        time.sleep(0.5)
+    # The host loses both: the daemon and the run's container (an engine restart, an OOM kill).
+    stack.docker("kill", stack.container("daemon"))
+    stack.docker("kill", stack.run_containers()[promote]["Id"], check=False)
+    stack.compose("start", "daemon")
+    assert live.wait(promote, timeout_s=300) == "FAILURE"  # run monitoring, not a hang in STARTED
+    with live.instance() as instance:
+        events = instance.all_logs(promote)
+        said = " ".join(e.message or "" for e in events)
+        assert "container" in said.lower() or "run worker" in said.lower(), said[-2000:]
+    after = live.launch("promote_tpu")
+    assert live.wait(after) == "SUCCESS", live.why(after)  # its tag_moves slot was freed
+    with live.instance() as instance:
+        log = list(reversed(tag_history(instance)))
+    now = live.floating()
+    assert log_disagreement(log, now) is None and log[-1].to_digest == now
+
+
+def test_every_secret_reaches_the_runs_and_no_value_lands_in_the_stack(live: Live) -> None:
+    stack = live.stack
+    for run_id, container in stack.run_containers().items():
+        env = container_env(container)
+        for name, value in live.canaries.items():
+            assert env.get(name, "").replace("\\n", "\n") == value, (run_id, name)
+    evidence = live.root / "evidence"
+    evidence.mkdir(exist_ok=True)
+    dump = subprocess.run(
+        ["/usr/bin/docker", "exec", stack.container("postgres"), "pg_dump", "-U", stack.env["DAGSTER_POSTGRES_USER"],
+         stack.env["DAGSTER_POSTGRES_DB"]],
+        env=stack.engine.env(), capture_output=True, timeout=300, check=True)
+    (evidence / "postgres.sql").write_bytes(dump.stdout)
+    assert b"CREATE TABLE public.runs" in dump.stdout and b"promote_tpu" in dump.stdout
+    ids = stack.docker("ps", "-a", "-q").split()
+    for cid in ids:
+        logs = subprocess.run(["/usr/bin/docker", "logs", cid], env=stack.engine.env(), capture_output=True,
+                              timeout=120, check=False)
+        (evidence / f"logs-{cid}.txt").write_bytes(logs.stdout + logs.stderr)
+    volumes = stack.engine.state / "root" / "volumes"
+    roots = [evidence, *(volumes / v / "_data" for v in ("lockstep_dagster_storage", "lockstep_git_cache"))]
+    assert (volumes / "lockstep_dagster_storage" / "_data" / "storage").exists() or any(roots[1].iterdir())
+    canaries = [Canary(env=name, value=value) for name, value in live.canaries.items()]
+    canaries.append(Canary(env=f"{SANDBOX_ATTEST_KEY_ENV} (a line of its PEM)",
+                           value=live.canaries[SANDBOX_ATTEST_KEY_ENV].splitlines()[2]))
+    canaries.append(Canary(env=f"{SANDBOX_ATTEST_KEY_ENV} (one line, as .env holds it)",
+                           value=live.canaries[SANDBOX_ATTEST_KEY_ENV].replace("\n", "\\n")))
+    report = scan(canaries, roots)
+    assert report.files > len(ids) and not report.findings, report.by_canary()
+
+
+def test_down_leaves_no_container_network_or_volume(live: Live) -> None:
+    live.down = stop_stack(live.stack)
+    assert live.down == {"containers": [], "volumes": [], "networks": []}
+    assert not live.stack.engine.running()
