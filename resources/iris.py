@@ -35,6 +35,7 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from resources.errors import LockstepError
+from resources.iris_deploy import IrisNotDeployed, check_iris_setup
 from resources.iris_output import (
     TERMINAL,
     IrisError,
@@ -56,9 +57,9 @@ if TYPE_CHECKING:
     from resources.site import SiteConfig
 
 __all__ = [
-    "TERMINAL", "ClientTooOld", "IrisCapabilities", "IrisCli", "IrisError", "JobAlreadyRunning", "JobLog",
-    "JobReplaced", "JobSpec", "JobState", "JobSummary", "ListedJob", "MissingCapability", "Submission",
-    "TaskRow", "iris_for",
+    "TERMINAL", "ClientTooOld", "IrisCapabilities", "IrisCli", "IrisError", "IrisNotDeployed",
+    "JobAlreadyRunning", "JobLog", "JobReplaced", "JobSpec", "JobState", "JobSummary", "ListedJob",
+    "MissingCapability", "Submission", "TaskRow", "iris_for",
 ]  # fmt: skip
 
 
@@ -409,6 +410,9 @@ class IrisCli(dg.ConfigurableResource):
         --exclude-standard``: the working tree, uncommitted edits included). A job of the same name
         that is still running makes iris refuse (ALREADY_EXISTS): JobAlreadyRunning, nothing submitted.
         """
+        # The deployment has the binary and the cluster credentials, or one message says how to add them.
+        target = "cluster" if self.cluster is not None else "config" if self.config_file is not None else "controller_url"
+        check_iris_setup(binary=self.binary, target=target)
         argv = self.argv(spec)  # raises, naming the variable, before anything runs
         secrets = self._secrets(spec)
         shown = self.redacted_argv(spec)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex
@@ -24,23 +23,14 @@ from typing import Any
 
 import dagster as dg
 import jsonschema
-import kubernetes.client
 import pytest
 import yaml
-from dagster._config import process_config, validate_config
-from dagster._core.code_pointer import ModuleCodePointer
+from dagster._config import validate_config
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.events import RunFailureReason
 from dagster._core.execution.retries import auto_reexecution_should_retry_run
 from dagster._core.instance.config import PoolGranularity, dagster_instance_config
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.launcher import LaunchRunContext
-from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
-from dagster._core.remote_origin import (
-    GrpcServerCodeLocationOrigin,
-    RemoteJobOrigin,
-    RemoteRepositoryOrigin,
-)
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._core.storage.dagster_run import DagsterRunStatus
 from dagster._core.test_utils import create_run_for_test
@@ -49,23 +39,19 @@ from dagster._serdes.config_class import class_from_code_pointer
 from dagster_k8s import K8sRunLauncher
 
 from jovian_assets.definitions import defs as jovian_defs
+from tests.deploy.k8s_chart import (
+    REPO,
+    SCHEMA,
+    deployment,
+    launch_run_job,
+    load_values,
+    module_of,
+    render_instance,
+    run_for_location,
+)
 from tpu_assets.definitions import defs as tpu_defs
 
-REPO = Path(__file__).resolve().parents[2]
-VALUES = REPO / "deploy" / "k8s" / "values.yaml"
-SCHEMA = Path(__file__).parent / "helm_schema" / "values.schema.json"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
-
-# As in values.yaml's header: `helm upgrade --install dagster dagster/dagster -n lockstep`.
-RELEASE, NAMESPACE = "dagster", "lockstep"
-# The chart defaults the rendering reads where values.yaml leaves them alone.
-CHART_DEFAULTS: dict[str, Any] = {
-    "global": {"dagsterHome": "/opt/dagster/dagster_home", "serviceAccountName": ""},
-    "serviceAccount": {"name": ""},
-    "dagsterDaemon": {"enabled": True},
-    "concurrency": {"enabled": False},
-    "retention": {"enabled": False},
-}
 # Jobs the daemon must never re-run on its own: they move tags, or restart an hours-long build and file
 # a second bench report. (relock_harbor may be retried: it fetches, checks and pushes fast-forward only,
 # and a re-lock at the tip pushes nothing.)
@@ -81,24 +67,11 @@ FAKE_SECRETS = {
     "SPARK_SSH_PASSPHRASE": "fake-ssh-passphrase-7c1e",
     "DAGSTER_PG_PASSWORD": "fake-postgres-password-93ab",
 }
+# What every run and code server is given inline (values.yaml `x-lockstep-env`; never a secret).
+RUN_ENV = ("LOCKSTEP_SITE", "LOCKSTEP_CACHE", "LOCKSTEP_DEPLOYMENT", "KUBECONFIG", "GIT_SSH_COMMAND")
 FAKE_SSH_KEY = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKEFAKEFAKEb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
 )
-
-
-def load_values() -> dict[str, Any]:
-    return yaml.safe_load(VALUES.read_text(encoding="utf-8"))
-
-
-def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Helm's values merge: maps deep-merged, everything else (lists too) replaced."""
-    out = dict(copy.deepcopy(base))
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 # ---- 1. the chart's values schema ---------------------------------------------------------------
@@ -174,9 +147,6 @@ def test_values_validate_against_the_chart_schema(chart_schema: ValuesSchema) ->
     assert not unknown, f"top-level keys the chart does not read: {sorted(unknown)}"
 
 
-def _deployment(values: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(d for d in values["dagster-user-deployments"]["deployments"] if d["name"] == name)
-
 
 @pytest.mark.parametrize(
     ("mistake", "expected"),
@@ -184,8 +154,8 @@ def _deployment(values: dict[str, Any], name: str) -> dict[str, Any]:
         (lambda v: v["dagsterDaemon"].update(runRetry={"enabled": True}), "values.dagsterDaemon.runRetry"),
         (lambda v: v["runLauncher"].update(type="K8sRunLaunchr"), "values.runLauncher.type"),
         (lambda v: v["runLauncher"]["config"]["k8sRunLauncher"].update(envSecret=[]), "k8sRunLauncher.envSecret"),
-        (lambda v: _deployment(v, "jovian").pop("port"), "deployments[1].port: 'port' is a required property"),
-        (lambda v: _deployment(v, "tpu")["image"].update(pullPolicy="Sometimes"), "deployments[0].image.pullPolicy"),
+        (lambda v: deployment(v, "jovian").pop("port"), "deployments[1].port: 'port' is a required property"),
+        (lambda v: deployment(v, "tpu")["image"].update(pullPolicy="Sometimes"), "deployments[0].image.pullPolicy"),
         (lambda v: v["concurrency"]["pools"].update(defaultLimit="1"), "values.concurrency.pools.defaultLimit"),
         (lambda v: v["concurrency"].update(pool={}), "values.concurrency.pool"),
         (lambda v: v["retention"]["sensor"]["purgeAfterDays"].update(skiped=7), "retention.sensor.purgeAfterDays"),
@@ -202,185 +172,6 @@ def test_the_schema_check_catches_mistakes(
 # ---- 2. the instance config the chart renders -----------------------------------------------------
 
 
-def _fullname(chart: str) -> str:
-    """The charts' `dagster.fullname` helper, no overrides."""
-    return RELEASE if chart in RELEASE else f"{RELEASE}-{chart}"
-
-
-def _strict(section: Mapping[str, Any] | None, known: set[str], where: str) -> Mapping[str, Any]:
-    """The template reads only `known`: any other key is a typo the chart would silently ignore."""
-    section = section or {}
-    unknown = set(section) - known
-    assert not unknown, f"{where}: {sorted(unknown)} is not read by the chart's templates"
-    return section
-
-
-def _names(refs: list[Mapping[str, Any]] | None) -> list[str]:
-    return [ref["name"] for ref in refs or [] if "name" in ref]
-
-
-def _render_run_launcher(v: Mapping[str, Any]) -> dict[str, Any]:
-    """templates/helpers/instance/_run-launcher.tpl, "dagsterYaml.runLauncher.k8s"."""
-    assert v["runLauncher"]["type"] == "K8sRunLauncher"
-    k = _strict(
-        v["runLauncher"]["config"]["k8sRunLauncher"],
-        {"image", "imagePullPolicy", "jobNamespace", "loadInclusterConfig", "kubeconfigFile", "envConfigMaps",
-         "envSecrets", "envVars", "volumeMounts", "volumes", "labels", "failPodOnRunFailure", "resources",
-         "schedulerName", "securityContext", "runK8sConfig"},
-        "runLauncher.config.k8sRunLauncher",
-    )
-    config: dict[str, Any] = {
-        "load_incluster_config": k["loadInclusterConfig"],
-        "job_namespace": k.get("jobNamespace") or NAMESPACE,
-        "image_pull_policy": k["imagePullPolicy"],
-        "service_account_name": (
-            v["global"]["serviceAccountName"] or v["serviceAccount"]["name"] or _fullname("dagster")
-        ),
-        "dagster_home": v["global"]["dagsterHome"],
-        "instance_config_map": f"{_fullname('dagster')}-instance",
-        "postgres_password_secret": v["global"]["postgresqlSecretName"],
-    }
-    if k.get("kubeconfigFile"):
-        config["kubeconfig_file"] = k["kubeconfigFile"]
-    if v.get("imagePullSecrets"):
-        config["image_pull_secrets"] = v["imagePullSecrets"]
-    if "image" in k:
-        config["job_image"] = f"{k['image']['repository']}:{k['image']['tag']}"
-    if k.get("envConfigMaps"):
-        config["env_config_maps"] = _names(k["envConfigMaps"])
-    if k.get("envSecrets"):
-        config["env_secrets"] = _names(k["envSecrets"])
-    for key, out in (("envVars", "env_vars"), ("volumeMounts", "volume_mounts"), ("volumes", "volumes"),
-                     ("labels", "labels"), ("resources", "resources"), ("schedulerName", "scheduler_name"),
-                     ("securityContext", "security_context")):
-        if k.get(key):
-            config[out] = k[key]
-    if k.get("failPodOnRunFailure"):
-        config["fail_pod_on_run_failure"] = True
-    if k.get("runK8sConfig"):
-        run_k8s = _strict(k["runK8sConfig"], {"containerConfig", "podSpecConfig", "podTemplateSpecMetadata",
-                                              "jobSpecConfig", "jobMetadata"}, "runK8sConfig")
-        config["run_k8s_config"] = {
-            re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower(): value for key, value in run_k8s.items() if value
-        }
-    return {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}
-
-
-def _render_run_coordinator(v: Mapping[str, Any]) -> dict[str, Any]:
-    """templates/helpers/instance/_run-coordinator.tpl, "dagsterYaml.runCoordinator.queued" (the version
-    that leaves max_concurrent_runs out when `concurrency` sets it). The chart still names the module
-    `dagster.core...`; Dagster maps that to `dagster._core` when it loads the class."""
-    rc = _strict(v["dagsterDaemon"]["runCoordinator"], {"enabled", "type", "config"}, "runCoordinator")
-    assert rc["type"] == "QueuedRunCoordinator"
-    q = _strict(
-        rc["config"]["queuedRunCoordinator"],
-        {"maxConcurrentRuns", "tagConcurrencyLimits", "dequeueIntervalSeconds", "dequeueNumWorkers",
-         "dequeueUseThreads", "blockOpConcurrencyLimitedRuns"},
-        "queuedRunCoordinator",
-    )
-    rendered: dict[str, Any] = {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"}
-    if not any(value not in (None, False, 0, "", [], {}) for value in q.values()):
-        return rendered
-    config: dict[str, Any] = {}
-    if not v["concurrency"]["enabled"] or q.get("maxConcurrentRuns") is not None:
-        config["max_concurrent_runs"] = -1 if q.get("maxConcurrentRuns") is None else q["maxConcurrentRuns"]
-    for key, out in (("tagConcurrencyLimits", "tag_concurrency_limits"),
-                     ("dequeueIntervalSeconds", "dequeue_interval_seconds"),
-                     ("dequeueUseThreads", "dequeue_use_threads"), ("dequeueNumWorkers", "dequeue_num_workers")):
-        if q.get(key):
-            config[out] = q[key]
-    if q.get("blockOpConcurrencyLimitedRuns"):
-        block = q["blockOpConcurrencyLimitedRuns"]
-        config["block_op_concurrency_limited_runs"] = {
-            "enabled": block["enabled"], "op_concurrency_slot_buffer": block["opConcurrencySlotBuffer"],
-        }
-    return {**rendered, "config": config}
-
-
-def _render_concurrency(v: Mapping[str, Any]) -> dict[str, Any]:
-    """templates/helpers/instance/_concurrency.tpl, with its refusal to set a limit in two places."""
-    c = _strict(v["concurrency"], {"enabled", "pools", "runs"}, "concurrency")
-    pools = _strict(c.get("pools"), {"defaultLimit", "granularity", "opGranularityRunBuffer"}, "concurrency.pools")
-    runs = _strict(c.get("runs"), {"maxConcurrentRuns", "tagConcurrencyLimits"}, "concurrency.runs")
-    queued = v["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
-    assert queued.get("maxConcurrentRuns") is None or runs.get("maxConcurrentRuns") is None, "chart: set it once"
-    assert not (queued.get("tagConcurrencyLimits") and runs.get("tagConcurrencyLimits")), "chart: set it once"
-    out: dict[str, Any] = {}
-    rendered_pools = {snake: pools[camel] for camel, snake in (
-        ("defaultLimit", "default_limit"), ("granularity", "granularity"),
-        ("opGranularityRunBuffer", "op_granularity_run_buffer")) if pools.get(camel) is not None}
-    if rendered_pools:
-        out["pools"] = rendered_pools
-    rendered_runs: dict[str, Any] = {}
-    if runs.get("maxConcurrentRuns") is not None:
-        rendered_runs["max_concurrent_runs"] = runs["maxConcurrentRuns"]
-    if runs.get("tagConcurrencyLimits"):
-        rendered_runs["tag_concurrency_limits"] = runs["tagConcurrencyLimits"]
-    if rendered_runs:
-        out["runs"] = rendered_runs
-    return out
-
-
-def render_instance(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of templates/configmap-instance.yaml's dagster.yaml that values.yaml sets."""
-    v = _merged(CHART_DEFAULTS, values)
-    pg = _strict(v["postgresql"], {"enabled", "image", "postgresqlHost", "postgresqlUsername", "postgresqlPassword",
-                                   "postgresqlDatabase", "postgresqlParams", "postgresqlScheme", "service"},
-                 "postgresql")
-    # templates/helpers/instance/_postgresql.tpl: the password is only ever an env reference.
-    postgres_db: dict[str, Any] = {
-        "username": pg["postgresqlUsername"],
-        "password": {"env": "DAGSTER_PG_PASSWORD"},
-        "hostname": pg["postgresqlHost"] if not pg["enabled"] else f"{_fullname('dagster')}-postgresql",
-        "db_name": pg["postgresqlDatabase"],
-        "port": pg["service"]["port"],
-        "params": pg.get("postgresqlParams") or {},
-    }
-    if pg.get("postgresqlScheme"):
-        postgres_db["scheme"] = pg["postgresqlScheme"]
-    storage = {"postgres_db": postgres_db}
-    instance: dict[str, Any] = {
-        "schedule_storage": {"module": "dagster_postgres.schedule_storage", "class": "PostgresScheduleStorage",
-                             "config": storage},
-        "run_storage": {"module": "dagster_postgres.run_storage", "class": "PostgresRunStorage", "config": storage},
-        "event_log_storage": {"module": "dagster_postgres.event_log", "class": "PostgresEventLogStorage",
-                              "config": storage},
-        "run_launcher": _render_run_launcher(v),
-    }
-    daemon = v["dagsterDaemon"]
-    if daemon["enabled"] and daemon["runCoordinator"]["enabled"]:
-        instance["run_coordinator"] = _render_run_coordinator(v)
-    monitoring = _strict(daemon.get("runMonitoring"), {
-        "enabled", "startTimeoutSeconds", "cancelTimeoutSeconds", "maxRuntimeSeconds", "maxResumeRunAttempts",
-        "pollIntervalSeconds", "freeSlotsAfterRunEndSeconds"}, "dagsterDaemon.runMonitoring")
-    if daemon["enabled"] and monitoring.get("enabled"):
-        instance["run_monitoring"] = {
-            "enabled": True,
-            "start_timeout_seconds": monitoring["startTimeoutSeconds"],
-            "poll_interval_seconds": monitoring["pollIntervalSeconds"],
-            "free_slots_after_run_end_seconds": monitoring["freeSlotsAfterRunEndSeconds"],
-            **{snake: monitoring[camel] for camel, snake in (
-                ("cancelTimeoutSeconds", "cancel_timeout_seconds"), ("maxRuntimeSeconds", "max_runtime_seconds"),
-                ("maxResumeRunAttempts", "max_resume_run_attempts")) if monitoring.get(camel) is not None},
-        }
-    retries = _strict(daemon.get("runRetries"), {"enabled", "maxRetries", "retryOnAssetOrOpFailure"},
-                      "dagsterDaemon.runRetries")
-    if daemon["enabled"] and retries.get("enabled"):
-        instance["run_retries"] = {"enabled": True}
-        if retries.get("maxRetries"):
-            instance["run_retries"]["max_retries"] = retries["maxRetries"]
-        if "retryOnAssetOrOpFailure" in retries:
-            instance["run_retries"]["retry_on_asset_or_op_failure"] = retries["retryOnAssetOrOpFailure"]
-    retention = _strict(v["retention"], {"enabled", "sensor", "schedule", "autoMaterialize"}, "retention")
-    if retention["enabled"]:
-        instance["retention"] = {
-            key: {"purge_after_days": retention[camel]["purgeAfterDays"]}
-            for camel, key in (("sensor", "sensor"), ("schedule", "schedule"), ("autoMaterialize", "auto_materialize"))
-            if retention.get(camel)
-        }
-    if v["concurrency"]["enabled"]:
-        instance["concurrency"] = _render_concurrency(v)
-    return instance
 
 
 @pytest.fixture(scope="module")
@@ -470,60 +261,6 @@ def test_non_idempotent_jobs_opt_out_of_run_retries() -> None:
 # ---- 3. the run worker Job --------------------------------------------------------------------------
 
 
-def code_server_container_context(values: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """What the user-deployments subchart hands the code server in DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT
-    (charts/dagster-user-deployments/templates/helpers/_helpers.tpl, "k8sContainerContext"), which the
-    server reports with every run it launches."""
-    sub = values["dagster-user-deployments"]
-    d = next(d for d in sub["deployments"] if d["name"] == name)
-    known = set(json.loads(SCHEMA.read_text(encoding="utf-8"))["$defs"]["UserDeployment"]["properties"])
-    _strict(d, known, f"deployment {name}")
-    assert (d.get("includeConfigInLaunchedRuns") or {"enabled": True})["enabled"]
-    subchart = _fullname("dagster-user-deployments")
-    k8s: dict[str, Any] = {
-        "image_pull_policy": d["image"]["pullPolicy"],
-        "env_config_maps": [f"{subchart}-{name}-user-env", *_names(d.get("envConfigMaps"))],
-        "namespace": NAMESPACE,
-        "service_account_name": (
-            values.get("global", {}).get("serviceAccountName") or f"{subchart}-user-deployments"
-        ),
-    }
-    if sub.get("imagePullSecrets"):
-        k8s["image_pull_secrets"] = sub["imagePullSecrets"]
-    if d.get("envSecrets"):
-        k8s["env_secrets"] = _names(d["envSecrets"])
-    for key, out in (("volumeMounts", "volume_mounts"), ("volumes", "volumes"), ("labels", "labels"),
-                     ("resources", "resources"), ("schedulerName", "scheduler_name")):
-        if d.get(key):
-            k8s[out] = d[key]
-    if isinstance(d.get("env"), list) and d["env"]:
-        k8s["env"] = d["env"]
-    if d.get("sidecarContainers") or d.get("initContainers"):
-        k8s["run_k8s_config"] = {"pod_spec_config": {
-            **({"containers": d["sidecarContainers"]} if d.get("sidecarContainers") else {}),
-            **({"init_containers": d["initContainers"]} if d.get("initContainers") else {}),
-        }}
-    # The chart passes it through `fromYaml | toJson`: a JSON round trip.
-    return json.loads(json.dumps({"k8s": k8s}))
-
-
-class RecordingBatchApi:
-    """Stands in for kubernetes.client.BatchV1Api: keeps the Job instead of sending it."""
-
-    def __init__(self) -> None:
-        self.created: list[tuple[str, kubernetes.client.V1Job]] = []
-
-    def create_namespaced_job(self, body: kubernetes.client.V1Job, namespace: str, **_: Any) -> None:
-        self.created.append((namespace, body))
-
-
-def _module_of(location: str) -> str:
-    """The module workspace.yaml (what `dagster dev` and the demo load) gives the location."""
-    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text(encoding="utf-8"))
-    modules = {e["python_module"]["location_name"]: e["python_module"]["module_name"]
-               for e in workspace["load_from"]}
-    return modules[location]
-
 
 @pytest.mark.parametrize(("location", "job_name"), [("jovian", "build_jovian_rev"), ("tpu", "build_tpu")])
 def test_run_worker_job(
@@ -535,58 +272,21 @@ def test_run_worker_job(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     values = load_values()
-    deployment = _deployment(values, location)
-    image = f"{deployment['image']['repository']}:{deployment['image']['tag']}"
-    assert deployment["dagsterApiGrpcArgs"] == ["-m", _module_of(location)]
+    d = deployment(values, location)
+    image = f"{d['image']['repository']}:{d['image']['tag']}"
+    assert d["dagsterApiGrpcArgs"] == ["-m", module_of(location)]
     for name, value in FAKE_SECRETS.items():
         monkeypatch.setenv(name, value)
 
-    # A real K8sRunLauncher from the rendered config; only the cluster is missing.
-    monkeypatch.setattr("dagster_k8s.launcher.load_kubernetes_config", lambda **_: None)
-    batch = RecordingBatchApi()
-    config = process_config(K8sRunLauncher.config_type(), rendered["run_launcher"]["config"])
-    assert config.success, [e.message for e in config.errors]
-    launcher = K8sRunLauncher(
-        **config.value, k8s_client_batch_api=batch, k8s_client_core_api=object()  # type: ignore[arg-type]
-    )
-    launcher.register_instance(instance)
-    # Run workers get the production instance (PostgreSQL) by reference, not the test's SQLite one.
-    production_ref = InstanceRef.from_dir(str(instance_dir))
-    monkeypatch.setattr(instance, "get_ref", lambda: production_ref)
-
-    # The origin the code server reports: DAGSTER_CURRENT_IMAGE and the chart's container context.
-    repository_origin = RepositoryPythonOrigin(
-        executable_path="/opt/lockstep/.venv/bin/python",
-        code_pointer=ModuleCodePointer(_module_of(location), "defs", None),
-        container_image=image,
-        entry_point=["dagster"],
-        container_context=code_server_container_context(values, location),
-    )
-    remote_origin = RemoteJobOrigin(
-        RemoteRepositoryOrigin(
-            GrpcServerCodeLocationOrigin(
-                host=f"{RELEASE}-{location}", port=deployment["port"], location_name=location
-            ),
-            "__repository__",
-        ),
-        job_name,
-    )
     # The job's own tags ride on every run (a `dagster-k8s/config` tag there would beat values.yaml).
     defs = {"tpu": tpu_defs, "jovian": jovian_defs}[location]
     partition = {"tpu": "0" * 40, "jovian": "r35"}[location]
-    run = create_run_for_test(
-        instance,
-        job_name=job_name,
-        job_code_origin=JobPythonOrigin(job_name, repository_origin),
-        remote_job_origin=remote_origin,
-        tags={**defs.resolve_job_def(job_name).tags, "dagster/partition": partition},
-    )
-    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
-
-    assert len(batch.created) == 1
-    namespace, job = batch.created[0]
-    assert namespace == NAMESPACE
-    manifest = kubernetes.client.ApiClient().sanitize_for_serialization(job)
+    run = run_for_location(values, instance, location=location, job_name=job_name,
+                           tags={**defs.resolve_job_def(job_name).tags, "dagster/partition": partition})
+    # A real K8sRunLauncher from the rendered config. Run workers get the production instance
+    # (PostgreSQL) by reference, not the test's SQLite one.
+    manifest = launch_run_job(run=run, instance=instance, instance_ref=InstanceRef.from_dir(str(instance_dir)),
+                              launcher_config=rendered["run_launcher"]["config"])
     text = json.dumps(manifest)
     pod = manifest["spec"]["template"]
     container = pod["spec"]["containers"][0]
@@ -601,14 +301,14 @@ def test_run_worker_job(
     assert container["args"][:3] == ["dagster", "api", "execute_run"]
     args = dg.deserialize_value(container["args"][3])
     assert args.job_origin.job_name == job_name
-    assert args.job_origin.repository_origin.code_pointer.module == _module_of(location)
+    assert args.job_origin.repository_origin.code_pointer.module == module_of(location)
     storage_yaml = args.instance_ref.storage_data.config_yaml
     assert values["postgresql"]["postgresqlHost"] in storage_yaml and "DAGSTER_PG_PASSWORD" in storage_yaml
 
     env = {e["name"]: e for e in container["env"]}
     assert len(env) == len(container["env"]), "an env var set twice"
     inline = {name for name, e in env.items() if "value" in e}
-    assert inline <= {"DAGSTER_RUN_JOB_NAME", "DAGSTER_HOME", "LOCKSTEP_SITE", "GIT_SSH_COMMAND"}, inline
+    assert inline <= {"DAGSTER_RUN_JOB_NAME", "DAGSTER_HOME", *RUN_ENV}, inline
     assert env["DAGSTER_PG_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
         "name": values["global"]["postgresqlSecretName"], "key": "postgresql-password",
     }
@@ -618,25 +318,37 @@ def test_run_worker_job(
     assert env_from.count({"secretRef": {"name": "lockstep-secrets"}}) == 1
     assert any(ref.get("configMapRef", {}).get("name", "").endswith(f"-{location}-user-env") for ref in env_from)
 
-    # The site file and the SSH key arrive as files, each volume once (launcher and location agree).
+    # The site file, the SSH key and the kubeconfig arrive as files, the shared claim as two directories;
+    # each volume and each mount once (launcher and location hand the same lists; dagster-k8s dedupes).
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert len(volumes) == len(pod["spec"]["volumes"])
     assert volumes["lockstep-site"]["configMap"]["name"] == "lockstep-site"
     assert volumes["lockstep-ssh"]["secret"]["secretName"] == "lockstep-ssh"
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["lockstep-kube"]["secret"] == {"secretName": "lockstep-kube", "defaultMode": 0o440, "optional": True}
+    assert volumes["lockstep-shared"]["persistentVolumeClaim"] == {"claimName": "lockstep-shared"}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert len(mounts) == len(container["volumeMounts"])
-    site = mounts["lockstep-site"]
-    site_path = site["mountPath"] if site.get("subPath") == "site.toml" else f"{site['mountPath']}/site.toml"
-    assert env["LOCKSTEP_SITE"]["value"] == site_path
-    ssh_dir = mounts["lockstep-ssh"]["mountPath"]
+    # The site ConfigMap as a directory: no subPath, which would never see an edited ConfigMap.
+    site = mounts["/etc/lockstep/site"]
+    assert site["name"] == "lockstep-site" and "subPath" not in site and site["readOnly"]
+    assert env["LOCKSTEP_SITE"]["value"] == "/etc/lockstep/site/site.toml"
+    assert env["KUBECONFIG"]["value"] == f"{mounts['/etc/lockstep/kube']['mountPath']}/config"
+    assert mounts["/etc/lockstep/kube"]["name"] == "lockstep-kube"
+    assert env["LOCKSTEP_DEPLOYMENT"]["value"] == "kubernetes"
+    # What runs share: the IO manager's storage under the instance's DAGSTER_HOME, and LOCKSTEP_CACHE.
+    storage = mounts[f"{env['DAGSTER_HOME']['value']}/storage"]
+    cache = mounts[env["LOCKSTEP_CACHE"]["value"]]
+    assert storage["name"] == cache["name"] == "lockstep-shared"
+    assert storage["subPath"] != cache["subPath"] and not storage.get("readOnly") and not cache.get("readOnly")
+    ssh_dir = next(path for path, m in mounts.items() if m["name"] == "lockstep-ssh")
     git_ssh = shlex.split(env["GIT_SSH_COMMAND"]["value"])
     assert git_ssh[git_ssh.index("-i") + 1].startswith(f"{ssh_dir}/")
     assert "BatchMode=yes" in git_ssh  # a prompt would hang a sensor tick
     # The code server (sensors) sees the same values through the location's env ConfigMap.
-    for name in ("LOCKSTEP_SITE", "GIT_SSH_COMMAND"):
-        assert env[name]["value"] == deployment["env"][name], name
+    for name in RUN_ENV:
+        assert env[name]["value"] == d["env"][name], name
 
-    assert container["resources"] == deployment["resources"]
+    assert container["resources"] == d["resources"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["securityContext"]["runAsUser"] == 10001
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
@@ -661,7 +373,7 @@ def test_jovian_runs_get_more_memory_than_tpu_runs() -> None:
         return float(number) / (1024 if unit == "Mi" else 1)
 
     values = load_values()
-    tpu, jovian = _deployment(values, "tpu")["resources"], _deployment(values, "jovian")["resources"]
+    tpu, jovian = deployment(values, "tpu")["resources"], deployment(values, "jovian")["resources"]
     for kind in ("requests", "limits"):
         assert gib(jovian[kind]["memory"]) > gib(tpu[kind]["memory"]), kind
         assert gib(jovian[kind]["memory"]) >= 2
