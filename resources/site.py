@@ -50,6 +50,7 @@ from resources.site_fields import (
 )
 from resources.site_jovian import JovianSection
 from resources.site_promotion import PromotionSection
+from resources.site_reload import reload_advice
 from resources.site_rules import (
     KeyRefused,
     across_tables,
@@ -432,7 +433,10 @@ def _read_site(site_path: Path) -> SiteConfig:
         config = SiteConfig.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, site_path, text) from None
-    config._path = site_path.resolve()
+    # Absolute, not resolved: the path stays the one the deployment named. A Kubernetes ConfigMap mounted
+    # as a directory is symlinks into a timestamped directory that the next update deletes; a code server
+    # holding the resolved path would find no file there instead of seeing that the site changed.
+    config._path = Path(os.path.abspath(site_path))
     config._digest = hashlib.sha256(raw).hexdigest()
     if config.attest is not None:  # a key file that is missing or wrong fails the load, not a promotion
         trusted_keys(config)
@@ -497,8 +501,7 @@ class SiteResource(dg.ConfigurableResource):
         if self.loaded_digest and config.digest != self.loaded_digest:
             raise SiteChanged(
                 f"{config.path} changed since this code location loaded it: the registry, iris and node "
-                "resources were built from the old file. Reload the code location (UI: Deployment -> "
-                "Reload), then run again"
+                f"resources were built from the old file. {reload_advice()}"
             )
         if self._cache:
             self._cached = config
