@@ -180,3 +180,16 @@ def test_a_broken_site_or_no_site_is_a_usage_error_naming_the_file(tmp_path: Pat
     monkeypatch.setenv("LOCKSTEP_SITE", str(tmp_path / "absent.toml"))
     result = CliRunner().invoke(main, ["deploy", "env"])
     assert result.exit_code == 1 and "absent.toml: no site file here (check LOCKSTEP_SITE)" in result.output
+
+
+def test_the_push_token_has_one_name_everywhere_and_the_k8s_header_lists_every_secret() -> None:
+    env = deploy_env(site_names_only(EXAMPLE))
+    values = (REPO / "deploy" / "k8s" / "values.yaml").read_text(encoding="utf-8")
+    header = values.split("#   Secret    lockstep-secrets", 1)[1].split("#   Secret    lockstep-ssh", 1)[0]
+    assert [n for n in env.k8s_secret_keys if n not in header] == []
+    # The kaniko push token: the example's [iris] docker_token_env, under that name in every file that names it.
+    [push] = [s.name for s in env.secrets if "[iris] docker_token_env" in s.keys]
+    assert push == "IRIS_DOCKER_TOKEN"
+    for path in (DOCKER / ".env.example", DOCKER / "dagster.yaml", REPO / "docs" / "operations.md",
+                 REPO / "docs" / "site.md"):
+        assert push in path.read_text(encoding="utf-8"), path
