@@ -14,7 +14,7 @@ from resources.site_reload import COMPOSE_RESTART, reload_advice
 from tests.site_example import EXAMPLE_KEY, example_site
 
 
-def _changed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def _changed_error(tmp_path: Path) -> str:
     site = example_site(tmp_path)
     resource = site_resource(load_site(site))
     site.write_text(site.read_text(encoding="utf-8").replace('cpu = 16 ', 'cpu = 8 '), encoding="utf-8")
@@ -25,7 +25,7 @@ def _changed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_compose_says_restart_the_code_server_containers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCKSTEP_DEPLOYMENT", "compose")
-    message = _changed_error(tmp_path, monkeypatch)
+    message = _changed_error(tmp_path)
     assert f"`{COMPOSE_RESTART}`" in message
     assert COMPOSE_RESTART == "docker compose -p lockstep -f deploy/docker/docker-compose.yml restart tpu jovian"
     assert "runs started after" in message and "Reload" not in message
@@ -35,7 +35,7 @@ def test_kubernetes_says_rollout_restart_of_both_user_deployments(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCKSTEP_DEPLOYMENT", "kubernetes")
     monkeypatch.setenv("DAGSTER_K8S_PIPELINE_RUN_NAMESPACE", "lockstep-prod")  # the chart sets it in code servers
-    message = _changed_error(tmp_path, monkeypatch)
+    message = _changed_error(tmp_path)
     assert ("`kubectl -n lockstep-prod rollout restart deployment -l "
             "'component=user-deployments,deployment in (tpu,jovian)'`") in message
     assert "Reload the code location" not in message
@@ -52,7 +52,7 @@ def test_kubernetes_without_the_charts_env_reads_the_pods_namespace(tmp_path: Pa
 
 def test_unset_keeps_the_reload_of_the_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LOCKSTEP_DEPLOYMENT", raising=False)
-    message = _changed_error(tmp_path, monkeypatch)
+    message = _changed_error(tmp_path)
     assert "Reload the code location (UI: Deployment -> Reload, or restart `lockstep demo`)" in message
     assert "docker compose" not in message and "kubectl" not in message
 
