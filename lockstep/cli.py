@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lockstep.deploy_cmd import deploy
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
 from resources.errors import LockstepError
@@ -568,3 +569,4 @@ def lab_dep_table(tree: Path) -> None:
 
 main.add_command(site_group)
 main.add_command(preflight)
+main.add_command(deploy)

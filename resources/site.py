@@ -50,6 +50,7 @@ from resources.site_fields import (
 )
 from resources.site_jovian import JovianSection
 from resources.site_promotion import PromotionSection
+from resources.site_reload import reload_advice
 from resources.site_rules import (
     KeyRefused,
     across_tables,
@@ -381,16 +382,23 @@ class SiteConfig(Table):
         own = section.owners if section is not None else None
         return list(own if own is not None else self.site.owners)
 
-    def secret_env_names(self) -> list[str]:
-        """Every environment variable the site names as holding a secret."""
-        names: list[str] = []
-        for section in (self.site, self.tpu, self.registry,
-                        *(s for s in (self.iris, self.jovian, self.spark, self.attest) if s)):
+    def secret_env_keys(self) -> list[tuple[str, str]]:
+        """(the site key, the NAME it holds) for every environment variable the site names as holding a
+        secret, table by table: `lockstep deploy env` says which key asks for each variable."""
+        keys: list[tuple[str, str]] = []
+        for table in ("site", "tpu", "registry", "iris", "jovian", "spark", "attest"):
+            section = getattr(self, table)
+            if section is None:  # an optional table the site leaves out names nothing
+                continue
             for field, value in section:
                 if field.endswith("_env") and value:
-                    names.append(value)
-        names += [hook.url_env for hook in self.alerts.webhook]
-        return names
+                    keys.append((f"[{table}] {field}", value))
+        keys += [(f"[[alerts.webhook]] url_env ({hook.name})", hook.url_env) for hook in self.alerts.webhook]
+        return keys
+
+    def secret_env_names(self) -> list[str]:
+        """Every environment variable the site names as holding a secret."""
+        return [name for _, name in self.secret_env_keys()]
 
 
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
@@ -424,7 +432,16 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
     return config
 
 
-def _read_site(site_path: Path) -> SiteConfig:
+def site_names_only(path: Path) -> SiteConfig:
+    """A site file checked as a load checks it, without reading the files it names (trusted keys).
+
+    For what only needs the names in it (`lockstep deploy env`): the deployment's env is made before
+    the key files exist where the site file will live, e.g. from deploy/site.example.toml in the repo.
+    """
+    return _read_site(path, read_keys=False)
+
+
+def _read_site(site_path: Path, *, read_keys: bool = True) -> SiteConfig:
     raw = site_path.read_bytes()
     text = decode_utf8(raw, site_path)
     data = load_toml(site_path, text)
@@ -432,9 +449,12 @@ def _read_site(site_path: Path) -> SiteConfig:
         config = SiteConfig.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, site_path, text) from None
-    config._path = site_path.resolve()
+    # Absolute, not resolved: the path stays the one the deployment named. A Kubernetes ConfigMap mounted
+    # as a directory is symlinks into a timestamped directory that the next update deletes; a code server
+    # holding the resolved path would find no file there instead of seeing that the site changed.
+    config._path = Path(os.path.abspath(site_path))
     config._digest = hashlib.sha256(raw).hexdigest()
-    if config.attest is not None:  # a key file that is missing or wrong fails the load, not a promotion
+    if read_keys and config.attest is not None:  # a key file that is missing or wrong fails the load, not a promotion
         trusted_keys(config)
     return config
 
@@ -497,8 +517,7 @@ class SiteResource(dg.ConfigurableResource):
         if self.loaded_digest and config.digest != self.loaded_digest:
             raise SiteChanged(
                 f"{config.path} changed since this code location loaded it: the registry, iris and node "
-                "resources were built from the old file. Reload the code location (UI: Deployment -> "
-                "Reload), then run again"
+                f"resources were built from the old file. {reload_advice()}"
             )
         if self._cache:
             self._cached = config

@@ -36,9 +36,10 @@ class Table(Model):
 
 
 def site_relative(site_file: Path, value: str) -> Path:
-    """A path from the site file: relative ones are relative to the file itself."""
+    """A path from the site file: relative ones are relative to the directory of the file itself (a
+    symlinked site file: of the file it links to, resolved now, so a ConfigMap update is followed)."""
     p = Path(value).expanduser()
-    return p if p.is_absolute() else (site_file.parent / p).resolve()
+    return p if p.is_absolute() else (site_file.resolve().parent / p).resolve()
 
 
 def check_owners(value: list[str]) -> list[str]:

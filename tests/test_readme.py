@@ -56,6 +56,8 @@ DEV = ROOT / "dev"
 LOCKSTEP_SCENARIO: dict[str, int] = {
     "lockstep site check": 0,
     "lockstep site schema > site.schema.json": 0,
+    "lockstep deploy env --format dotenv": 0,
+    "lockstep deploy env --format k8s": 0,
     "lockstep preflight": 0,
     "lockstep preflight --json": 0,
     "lockstep sandbox advance-harbor --fix": 0,
@@ -86,7 +88,7 @@ _COMPOSE = "docker compose -f deploy/docker/docker-compose.yml"
 NOT_RUN: dict[str, str] = {
     f"{_COMPOSE} up -d --build": _DOCKER,
     f"{_COMPOSE} exec tpu lockstep pools --apply --iris-builds 4": _DOCKER,
-    f"{_COMPOSE} restart tpu jovian": _DOCKER,
+    "docker compose -p lockstep -f deploy/docker/docker-compose.yml restart tpu jovian": _DOCKER,
     f"{_COMPOSE} exec -T postgres pg_dump --format=custom --username=lockstep lockstep > lockstep.dump": _DOCKER,
     f"{_COMPOSE} stop daemon webserver tpu jovian": _DOCKER,
     f"{_COMPOSE} exec -T postgres pg_restore --clean --if-exists --no-owner --username=lockstep --dbname=lockstep "
@@ -95,7 +97,6 @@ NOT_RUN: dict[str, str] = {
     "docker build -f deploy/Dockerfile -t ghcr.io/open-thoughts/lockstep:$(git rev-parse --short HEAD) .": _DOCKER,
     "docker push ghcr.io/open-thoughts/lockstep:$(git rev-parse --short HEAD)": _CLUSTER,
     "kubectl create namespace lockstep": _CLUSTER,
-    "kubectl -n lockstep create secret generic lockstep-secrets --from-env-file=lockstep.env": _CLUSTER,
     "kubectl -n lockstep create secret generic lockstep-ssh --from-file=id_ed25519 --from-file=git_ed25519 "
     "--from-file=known_hosts": _CLUSTER,
     "kubectl -n lockstep create secret generic lockstep-postgresql --from-literal=postgresql-password=$PG_PASSWORD":
@@ -107,8 +108,8 @@ NOT_RUN: dict[str, str] = {
     "done": _CLUSTER,
     "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml --dry-run=client -o yaml | kubectl -n "
     "lockstep apply -f -": _CLUSTER,
-    "kubectl -n lockstep rollout restart deployment/dagster-dagster-user-deployments-tpu "
-    "deployment/dagster-dagster-user-deployments-jovian": _CLUSTER,
+    "kubectl -n lockstep rollout restart deployment -l component=user-deployments,deployment in (tpu,jovian)":
+        _CLUSTER,
     "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000": _SERVES,
 }
 
@@ -505,6 +506,10 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
             run("lockstep site schema > site.schema.json")
             schema = json.loads((tmp_path / "site.schema.json").read_text(encoding="utf-8"))
             assert {"tpu", "iris", "spark", "jovian"} <= set(schema["properties"])
+            # The sandbox site's secrets, by name, in the .env block and the Secret's keys; no value.
+            secrets = SiteConfig.model_validate(tomllib.loads(sb.site_file.read_text())).secret_env_names()
+            dotenv, k8s = run("lockstep deploy env --format dotenv"), run("lockstep deploy env --format k8s")
+            assert secrets and all(f"\n{n}=\n" in dotenv and f"--from-file={n}=" in k8s for n in secrets)
             assert "0 failed" in run("lockstep preflight")
             report = json.loads(run("lockstep preflight --json"))
             assert report["exit_code"] == 0 and report["counts"]["fail"] == 0, report["counts"]
