@@ -103,7 +103,7 @@ def dotenv_secrets(env: DeployEnv) -> str:
     for secret in env.secrets:
         lines.append(f"# named by {', '.join(secret.keys)}")
         if secret.pem:  # compose v2 expands \n in a double-quoted value; a bare PEM line would end at its first newline
-            lines.append('# a PEM: one line in double quotes, each newline written as \\n ("-----BEGIN ...-----\\nMIG...")')
+            lines.append('# a PEM: one line, each newline written as \\n (-----BEGIN ... KEY-----\\nMIG...); lockstep reads that form')
         lines.append(f"{secret.name}=")
     if not env.secrets:
         lines.append("# (this site names no secret)")

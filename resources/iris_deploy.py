@@ -33,7 +33,7 @@ Target = Literal["cluster", "config", "controller_url"]
 
 # Where the deployments put things (deploy/k8s/values.yaml; deploy/Dockerfile's iris build argument).
 IMAGE_IRIS = "/opt/iris/bin/iris"
-IRIS_BUILD_ARG = "IRIS_VERSION"
+IRIS_BUILD_ARG = "WITH_IRIS"  # deploy/Dockerfile: 1 (the default) installs marin-iris into /opt/iris
 KUBE_DIR = "/etc/lockstep/kube"
 KUBECONFIG_PATH = f"{KUBE_DIR}/config"
 K8S_NAMESPACE = "lockstep"
@@ -65,12 +65,13 @@ def _binary_problem(binary: str, kind: Deployment | None) -> str | None:
         return None
     what = f"no executable iris CLI at {binary}" if "/" in binary else f"no iris CLI named {binary!r} on PATH"
     if kind == "kubernetes":
-        how = (f"build the image with `--build-arg {IRIS_BUILD_ARG}=<marin-iris version>` (deploy/Dockerfile installs "
-               f"marin-iris into /opt/iris), set its tag in deploy/k8s/values.yaml (x-lockstep-image) and "
+        how = (f"build the image with the iris CLI (deploy/Dockerfile's default `--build-arg {IRIS_BUILD_ARG}=1` installs "
+               f"marin-iris, pinned by deploy/iris-requirements.txt, into /opt/iris), set its tag in "
+               f"deploy/k8s/values.yaml (x-lockstep-image) and "
                f"`helm upgrade`, and set [iris] binary = \"{IMAGE_IRIS}\" in the lockstep-site ConfigMap's site.toml")
     elif kind == "compose":
-        how = (f"set {IRIS_BUILD_ARG}=<marin-iris version> in deploy/docker/.env and rebuild "
-               f"(`docker compose -f deploy/docker/docker-compose.yml up -d --build`), and set [iris] binary = "
+        how = (f"rebuild the image with the iris CLI (deploy/Dockerfile's default {IRIS_BUILD_ARG}=1 installs marin-iris "
+               f"into /opt/iris: `docker compose -p lockstep -f deploy/docker/docker-compose.yml up -d --build`), and set [iris] binary = "
                f"\"{IMAGE_IRIS}\" in the site file")
     else:
         how = ("install it (`uv pip install marin-iris` or `pip install marin-iris`) and set [iris] binary to its path "
@@ -96,9 +97,10 @@ def _kubeconfig_problem(env: Mapping[str, str], kind: Deployment | None, target:
                f"(volume {K8S_KUBE_SECRET}) and sets KUBECONFIG={KUBECONFIG_PATH} (x-lockstep-env and the "
                "runLauncher's envVars); the next run pod has it")
     elif kind == "compose":
-        how = (f"put the iris cluster's kubeconfig at {KUBECONFIG_PATH} on the host (mounted read-only into the "
-               f"code servers and run containers, readable by uid 10001) and set KUBECONFIG={KUBECONFIG_PATH} in "
-               "deploy/docker/.env, then `docker compose -f deploy/docker/docker-compose.yml up -d`")
+        how = (f"put the iris cluster's kubeconfig as `config` in the host directory LOCKSTEP_KUBE_DIR names (default "
+               f"{KUBE_DIR}; mounted read-only at {KUBE_DIR} into the code servers and run containers, readable by "
+               f"uid 10001) and set KUBECONFIG={KUBECONFIG_PATH} in deploy/docker/.env, then "
+               "`docker compose -p lockstep -f deploy/docker/docker-compose.yml up -d`")
     else:
         how = "export KUBECONFIG=<a readable kubeconfig of the iris cluster>, or unset it to use ~/.kube/config"
     return f"{what} {why}: {how}"

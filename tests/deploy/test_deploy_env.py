@@ -138,7 +138,7 @@ def test_each_secret_says_which_site_keys_name_it(tmp_path: Path) -> None:
     assert comment_of("OPS_HOOK") == "# named by [[alerts.webhook]] url_env (ops)"
     assert comment_of("ONCALL_HOOK") == "# named by [[alerts.webhook]] url_env (oncall)"
     # The signing key is a PEM: its line says how a .env carries its newlines.
-    assert lines[lines.index("SIGNING_KEY=") - 1].startswith("# a PEM: one line in double quotes")
+    assert lines[lines.index("SIGNING_KEY=") - 1].startswith("# a PEM: one line, each newline written as")
 
 
 def test_the_shipped_files_are_what_it_prints_for_the_example_site() -> None:

@@ -27,6 +27,8 @@ COMPOSE = DOCKER / "docker-compose.yml"
 WORKSPACE = DOCKER / "workspace.yaml"
 ENV_EXAMPLE = DOCKER / ".env.example"
 DAGSTER_HOME = "/opt/dagster/dagster_home"
+SITE_DIR = "/etc/lockstep/site"
+KUBE_DIR = "/etc/lockstep/kube"
 # Names that hold a credential: their value must come from the environment, never from a file.
 SECRETISH = re.compile(r"(PASSWORD|PASSPHRASE|TOKEN|SECRET|PRIVATE|API_KEY)", re.IGNORECASE)
 INTERPOLATION = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::?[-?+][^}]*)?\}")
@@ -71,8 +73,11 @@ def _mounts(volumes: list[str]) -> dict[str, tuple[str, str]]:
     """target -> (source, mode) for `source:target[:mode]` volume strings."""
     out = {}
     for spec in volumes:
-        source, target, *mode = spec.split(":")
-        out[target] = (source, mode[0] if mode else "rw")
+        # A source may be a ${NAME:-default} interpolation, whose ':-' is not a separator.
+        source = INTERPOLATION.match(spec)
+        head = source.group(0) if source else ""
+        _, target, *mode = ("x" + spec[len(head):]).split(":") if head else spec.split(":")
+        out[target] = (head or spec.split(":")[0], mode[0] if mode else "rw")
     return out
 
 
@@ -117,10 +122,15 @@ def test_run_launcher_config_passes_docker_run_launchers_schema(launcher: dict[s
         "DAGSTER_POSTGRES_USER", "DAGSTER_POSTGRES_PASSWORD", "DAGSTER_POSTGRES_HOST", "DAGSTER_POSTGRES_DB",
         "DAGSTER_POSTGRES_PORT",
     }
+    # The site's DIRECTORY (an edited file is seen), the SSH material and the kubeconfig, read-only, by the
+    # names of the compose file's bind volumes: the launcher's config holds no host path.
     mounts = _mounts(launcher["container_kwargs"]["volumes"])
-    site = _env_example()["LOCKSTEP_SITE"]
-    assert mounts[site] == (site, "ro")
-    assert mounts["/etc/lockstep/ssh"] == ("/etc/lockstep/ssh", "ro")
+    example = _env_example()
+    assert Path(example["LOCKSTEP_SITE"]).parent == Path(SITE_DIR)
+    assert Path(example["KUBECONFIG"]).parent == Path(KUBE_DIR)
+    assert mounts[SITE_DIR] == ("lockstep_site", "ro")
+    assert mounts["/etc/lockstep/ssh"] == ("lockstep_ssh", "ro")
+    assert mounts[KUBE_DIR] == ("lockstep_kube", "ro")
 
 
 def _locations() -> tuple[Any, Any]:
@@ -174,13 +184,16 @@ def test_compose_services_agree_with_each_other_and_with_dagster_yaml(compose: d
                                                                        launcher: dict[str, Any]) -> None:
     services, volumes, networks = compose["services"], compose["volumes"], compose["networks"]
     assert {"postgres", "tpu", "jovian", "webserver", "daemon"} <= set(services)
-    assert services["postgres"]["image"].startswith("postgres:15")
+    # Production's images by default; a site without Docker Hub names its own in .env.
+    assert services["postgres"]["image"] == "${LOCKSTEP_POSTGRES_IMAGE:-postgres:15}"
     for name, service in services.items():
         for dep in service.get("depends_on", {}):
             assert dep in services, f"{name} depends on {dep}, which is not a service"
         for network in service.get("networks", []):
             assert network in networks, f"{name} is on network {network}, which is not defined"
         for source, _ in _mounts(service.get("volumes", [])).values():
+            if source.startswith("${"):
+                continue  # a host path from .env (the docker socket)
             if not source.startswith(("/", ".")):
                 assert source in volumes, f"{name} mounts volume {source}, which is not defined"
             elif source.startswith("."):
@@ -224,16 +237,22 @@ def test_compose_services_agree_with_each_other_and_with_dagster_yaml(compose: d
     # and the webserver and daemon reach the docker socket through the host's docker group.
     owner = services["volume-owner"]
     assert owner["user"] == "0:0" and owner["command"][:2] == ["chown", f"{image_user}:{image_user}"]
-    assert set(owner["command"][2:]) == {t for t, (src, _) in run_mounts.items() if not src.startswith("/")}
+    assert set(owner["command"][2:]) == {t for t, (src, mode) in run_mounts.items() if not src.startswith("/") and mode != "ro"}
     for name in ("tpu", "jovian"):
         assert services[name]["depends_on"] == {"volume-owner": {"condition": "service_completed_successfully"}}
     for name in ("webserver", "daemon"):
         assert INTERPOLATION.fullmatch(services[name]["group_add"][0]).group(1) == "DOCKER_GID"  # type: ignore[union-attr]
-    # Code servers evaluate sensors: the site file and git's SSH material, read-only, where LOCKSTEP_SITE says.
-    site = _env_example()["LOCKSTEP_SITE"]
+    # Code servers evaluate sensors: exactly the volumes runs get (the site's directory, git's SSH material,
+    # the kubeconfig read-only; storage and the git cache shared).
     for name in ("tpu", "jovian"):
         mounts = _mounts(services[name]["volumes"])
-        assert mounts[site][1] == "ro" and mounts["/etc/lockstep/ssh"][1] == "ro"
+        assert {t: m for t, m in mounts.items() if not t.endswith("dagster.yaml")} == run_mounts, name
+    # The host directories behind the bind volumes come from .env, with production's defaults.
+    for volume, var, default in (("lockstep_site", "LOCKSTEP_SITE_DIR", SITE_DIR), ("lockstep_ssh", "LOCKSTEP_SSH_DIR", "/etc/lockstep/ssh"),
+                                 ("lockstep_kube", "LOCKSTEP_KUBE_DIR", KUBE_DIR)):
+        opts = volumes[volume]["driver_opts"]
+        assert opts["type"] == "none" and opts["o"] == "bind" and opts["device"] == f"${{{var}:-{default}}}"
+        assert _env_example()[var] == default
     assert services["webserver"]["ports"] == ["${LOCKSTEP_UI_BIND:-127.0.0.1}:${LOCKSTEP_UI_PORT:-3000}:3000"]
 
 

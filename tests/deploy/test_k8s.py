@@ -404,10 +404,14 @@ def test_dockerfile() -> None:
     steps = dockerfile_instructions(DOCKERFILE.read_text(encoding="utf-8"))
     kinds = [kind for kind, _ in steps]
     froms = [args for kind, args in steps if kind == "FROM"]
+    # Production's images are the build arguments' defaults (a test builds it offline with others).
+    args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG" and "=" in a)
     uv_version = re.search(r"^UV_VERSION=(\S+)$", (REPO / "dev").read_text(encoding="utf-8"), re.M)
     assert uv_version is not None
-    assert froms[0].split()[0] == f"ghcr.io/astral-sh/uv:{uv_version.group(1)}"  # the uv ./dev installs
-    assert froms[-1].split()[0] == "python:3.11-slim"
+    assert froms[0].split()[0] == "${UV_IMAGE}" and args["UV_IMAGE"] == f"ghcr.io/astral-sh/uv:{uv_version.group(1)}"
+    assert args["BASE_IMAGE"] == "python:3.11-slim" and args["SYSTEM_PACKAGES"] == "apt" and args["WITH_IRIS"] == "1"
+    assert froms[-1] == "system-${SYSTEM_PACKAGES}"
+    assert {f.split()[0] for f in froms[1:-1]} == {"${BASE_IMAGE}"}
 
     runs = [args for kind, args in steps if kind == "RUN"]
     apt = next(r for r in runs if "apt-get install" in r)
