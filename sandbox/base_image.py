@@ -28,7 +28,7 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = PROJECT_ROOT / ".tools" / "base-images"
-FORMAT = "lockstep-base/3"  # bump when what goes into a base changes
+FORMAT = "lockstep-base/4"  # bump when what goes into a base changes
 
 PYTHON = Path("/usr/bin/python3.11")
 PYTHON_LIB = Path("/usr/lib/python3.11")
@@ -158,7 +158,7 @@ class _Layer:
             d = "/".join(parts[:i])
             if d and d not in self.seen:
                 self.seen.add(d)
-                self.tar.addfile(self._info(d, tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755))
+                self.tar.addfile(self._info(d, tarfile.DIRTYPE, 0o1777 if d in ("tmp", "var/tmp") else 0o755))
 
     def add(self, name: str, data: bytes, mode: int = 0o644) -> None:
         name = name.lstrip("/")
@@ -198,6 +198,7 @@ def _layer_bytes(spec: BaseSpec, files: list[Path], uv: Path) -> bytes:
     for merged in ("bin", "lib", "lib64", "sbin"):
         layer.link(merged, f"usr/{merged}")
     layer.dirs("tmp/x")
+    layer.dirs("var/tmp/x")  # skopeo's (and Debian's) spool for large temporary files
     layer.dirs("root/x")
     layer.add("etc/passwd", "".join(f"{u}\n" for u in ("root:x:0:0:root:/root:/bin/sh", *spec.users)).encode())
     layer.add("etc/group", "".join(f"{g}\n" for g in ("root:x:0:", *spec.groups)).encode())

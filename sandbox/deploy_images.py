@@ -10,7 +10,7 @@ replaced by a base made from this machine's own files (``sandbox/base_image.py``
   inside a run container (Debian's docker client and skopeo, for its kaniko stand-in).
 - ``lockstep-sandbox/postgres:15``: Debian's PostgreSQL 15 server with an entry point that follows the
   official image's contract (``POSTGRES_USER``, ``POSTGRES_PASSWORD``, ``POSTGRES_DB``; ``PGPORT``;
-  initialise an empty ``PGDATA`` once; ``pg_isready`` on PATH for the compose healthcheck), from
+  initialise an empty ``PGDATA`` once; ``pg_isready``, ``pg_dump``, ``pg_restore`` and ``psql`` on PATH), from
   docker-library/postgres ``docker-entrypoint.sh`` (the 15/bookworm variant).
 """
 
@@ -80,7 +80,9 @@ def postgres_base() -> BaseSpec:
         tags=(POSTGRES_IMAGE,),
         extra={
             "usr/local/bin/docker-entrypoint.py": ExtraFile(POSTGRES_ENTRYPOINT.encode()),
-            "usr/local/bin/pg_isready": ExtraFile(f'#!/bin/sh\nexec {PG_ROOT}/bin/pg_isready "$@"\n'.encode()),
+            # On PATH as in the official image: the healthcheck and the backups docs/operations.md shows.
+            **{f"usr/local/bin/{tool}": ExtraFile(f'#!/bin/sh\nexec {PG_ROOT}/bin/{tool} "$@"\n'.encode())
+               for tool in ("pg_isready", "pg_dump", "pg_restore", "psql")},
         },
         host_paths=(PG_ROOT, PG_SHARE, Path("/usr/share/zoneinfo")),
         users=(f"postgres:x:{PG_UID}:{PG_UID}::/var/lib/postgresql:/bin/sh",),

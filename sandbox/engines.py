@@ -125,7 +125,10 @@ class Engine:
         return self.pid() is not None and self.ping()
 
     def start(self) -> int:
-        """Start the engine unless it runs; return its PID. Safe from several processes at once."""
+        """Start the engine unless it runs; return its PID (0: it answers, but its PID is not visible from
+        here, as in a container given only the socket). Safe from several processes at once."""
+        if self.ping():
+            return self.pid() or 0
         require_docker_io()
         self.state.mkdir(parents=True, exist_ok=True)
         with _locked(self.state / "lock"):
@@ -171,12 +174,19 @@ class Engine:
         for name in names:
             module, _, func = BASES[name].partition(":")
             spec = getattr(importlib.import_module(module), func)()
-            from sandbox.base_image import base_archive, image_id
+            from sandbox.base_image import BaseImageError, base_archive, image_id
 
-            archive = base_archive(spec)
-            want = image_id(archive)
             have = subprocess.run([str(DOCKER), "image", "inspect", "--format", "{{.Id}}", *spec.tags],
                                   env=self.env(), capture_output=True, text=True, check=False, timeout=60)
+            try:
+                archive = base_archive(spec)
+            except (BaseImageError, OSError) as exc:
+                # A process that cannot read this machine's files (a run container given the engine's
+                # socket) uses the base the engine already holds, loaded by whoever made the sandbox.
+                if have.returncode == 0:
+                    continue
+                raise EngineError(f"base {name} is not in {self.state} and cannot be made here: {exc}") from exc
+            want = image_id(archive)
             if have.returncode == 0 and set(have.stdout.split()) == {want}:
                 continue
             load = subprocess.run([str(DOCKER), "load", "-q", "-i", str(archive)], env=self.env(),

@@ -74,6 +74,10 @@ class Stack:
             raise AssertionError(f"docker {' '.join(args)}: {proc.stderr[-2000:]}")
         return proc.stdout
 
+    def write_env(self) -> None:
+        (self.project / ".env").write_text("".join(f"{k}={v}\n" for k, v in self.env.items()), encoding="utf-8")
+        (self.project / ".env").chmod(0o600)
+
     def container(self, service: str) -> str:
         return self.compose("ps", "-q", service).stdout.strip()
 
@@ -95,20 +99,15 @@ class Stack:
                 f"{e['DAGSTER_POSTGRES_DB']}")
 
 
-def _shipped_run_volumes() -> list[str]:
-    instance = yaml.safe_load((SHIPPED / "dagster.yaml").read_text(encoding="utf-8"))
-    return list(instance["run_launcher"]["config"]["container_kwargs"]["volumes"])
+def _launcher(project: Path) -> dict[str, Any]:
+    return yaml.safe_load((project / "dagster.yaml").read_text(encoding="utf-8"))["run_launcher"]["config"]
 
 
-def _env_names() -> list[str]:
-    instance = yaml.safe_load((SHIPPED / "dagster.yaml").read_text(encoding="utf-8"))
-    return list(instance["run_launcher"]["config"]["env_vars"])
-
-
-def override(*, extra_mounts: list[str]) -> dict[str, Any]:
+def override(project: Path, *, extra_mounts: list[str]) -> dict[str, Any]:
     """The test's one override: the sandbox's paths in code servers and runs, and root for their files."""
-    compose = yaml.safe_load((SHIPPED / "docker-compose.yml").read_text(encoding="utf-8"))
-    context = {"docker": {"container_kwargs": {"user": "0:0", "volumes": [*_shipped_run_volumes(), *extra_mounts]}}}
+    compose = yaml.safe_load((project / "docker-compose.yml").read_text(encoding="utf-8"))
+    volumes = _launcher(project)["container_kwargs"]["volumes"]
+    context = {"docker": {"container_kwargs": {"user": "0:0", "volumes": [*volumes, *extra_mounts]}}}
     services: dict[str, Any] = {}
     for name in CODE_SERVICES:
         services[name] = {
@@ -119,19 +118,24 @@ def override(*, extra_mounts: list[str]) -> dict[str, Any]:
     return {"services": services}
 
 
-def write_project(project: Path, env: Mapping[str, str], extra_mounts: list[str]) -> None:
+def copy_project(project: Path, site_file: Path) -> None:
+    """What a team does first (docs/operations.md): the shipped files, then the run launcher's env_vars
+    and the .env template made for THEIR site by `lockstep deploy env --update`."""
     project.mkdir(parents=True)
-    for name in ("docker-compose.yml", "dagster.yaml", "workspace.yaml"):
+    for name in ("docker-compose.yml", "dagster.yaml", "workspace.yaml", ".env.example"):
         shutil.copyfile(SHIPPED / name, project / name)
-    (project / ".env").write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
-    (project / ".env").chmod(0o600)
-    (project / "override.yml").write_text(yaml.safe_dump(override(extra_mounts=extra_mounts)), encoding="utf-8")
+    subprocess.run([str(REPO / ".venv" / "bin" / "lockstep"), "deploy", "env", "--site", str(site_file), "--update",
+                    str(project)], check=True, capture_output=True, timeout=120)
 
 
-def stack_env(*, site_file: Path, site_dir: Path, host_dirs: Path, engine: Engine, ui_port: int,
+def write_override(project: Path, extra_mounts: list[str]) -> None:
+    (project / "override.yml").write_text(yaml.safe_dump(override(project, extra_mounts=extra_mounts)), encoding="utf-8")
+
+
+def stack_env(project: Path, *, site_file: Path, site_dir: Path, host_dirs: Path, engine: Engine, ui_port: int,
               secrets_env: Mapping[str, str]) -> dict[str, str]:
     """The `.env` a team writes, for this engine and sandbox: every name the run launcher forwards is set."""
-    env = {name: "" for name in _env_names()}
+    env = {name: "" for name in _launcher(project)["env_vars"]}
     for d in ("ssh", "kube"):
         (host_dirs / d).mkdir(parents=True, exist_ok=True)
     env.update({
@@ -186,10 +190,13 @@ def start_stack(*, root: Path, site_file: Path, site_dir: Path, extra_mounts: li
     engine.ensure_bases(["postgres"])
     build_lockstep_image(engine, repo=REPO, tag=IMAGE)
     port = free_port()
-    env = stack_env(site_file=site_file, site_dir=site_dir, host_dirs=root / "host", engine=engine, ui_port=port,
-                    secrets_env=secrets_env)
-    stack = Stack(engine=engine, project=root / "project", env=env, ui_port=port)
-    write_project(stack.project, env, extra_mounts)
+    project = root / "project"
+    copy_project(project, site_file)
+    env = stack_env(project, site_file=site_file, site_dir=site_dir, host_dirs=root / "host", engine=engine,
+                    ui_port=port, secrets_env=secrets_env)
+    stack = Stack(engine=engine, project=project, env=env, ui_port=port)
+    stack.write_env()
+    write_override(project, extra_mounts)
     up = stack.compose("up", "-d", "--no-build", check=False)
     if up.returncode != 0:
         logs = stack.compose("logs", "--tail", "60", check=False).stdout
@@ -200,13 +207,14 @@ def start_stack(*, root: Path, site_file: Path, site_dir: Path, extra_mounts: li
 
 
 def stop_stack(stack: Stack) -> dict[str, list[str]]:
-    """`down -v` and the run containers (the launcher's, not compose's); what is left on the engine after
+    """The run containers (the launcher's, not compose's), then `down -v`; what is left on the engine after
     that is returned (it must be nothing), then the engine is stopped by its PID."""
     try:
-        stack.compose("down", "-v", "--remove-orphans", check=False)
+        # Run containers first: the launcher leaves them (exited) behind, and they hold the volumes.
         runs = stack.docker("ps", "-a", "-q", "--filter", "label=dagster/run_id", check=False).split()
         if runs:
             stack.docker("rm", "-f", *runs, check=False)
+        stack.compose("down", "-v", "--remove-orphans", check=False)
         left = {
             "containers": stack.docker("ps", "-a", "-q", check=False).split(),
             "volumes": stack.docker("volume", "ls", "-q", check=False).split(),

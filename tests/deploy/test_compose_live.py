@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 import dagster as dg
 import git
 import pytest
+import sqlalchemy as sa
 import tomli_w
 import tomllib
 import yaml
@@ -30,14 +32,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
-from resources.registry import registry_for
+from resources.registry import ImageRef, registry_for
 from resources.site import load_site
+from sqlalchemy.pool import NullPool
 from sandbox.engines import Engine
 from sandbox.world import CONSUMER_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
 from tests.canary_scan import Canary, scan
 from tests.conftest import stop_sandbox
-from tests.deploy.compose_stack import REPO, Stack, container_env, start_stack, stop_stack
+from tests.deploy.compose_stack import REPO, Stack, container_env, start_stack, stop_stack, wait_for_webserver
 from tpu_assets.history import tag_history
+from tpu_assets.promotion import floating_tag_lock_name
+from tpu_assets.tag_lock import advisory_key
 from tpu_assets.tag_log import log_disagreement
 
 pytestmark = pytest.mark.heavy(240)  # seconds, about: an image build, the stack, four runs, a daemon restart
@@ -105,7 +110,24 @@ class Live:
                     said.append(str(data.error))
         container = self.stack.run_containers().get(run_id)
         logs = self.stack.docker("logs", container["Id"], check=False)[-3000:] if container else "(no container)"
-        return "\n".join(said)[-6000:] + "\n--- container ---\n" + logs
+        jobs = "".join(f"\n--- iris job {p} ---\n{p.read_text(errors='replace')[-2500:]}"
+                       for p in sorted(self.sb.iris_home.glob("**/log"))[-2:])
+        return "\n".join(said)[-4000:] + "\n--- container ---\n" + logs + jobs
+
+    def add_kubeconfig(self) -> None:
+        """What the message says: the kubeconfig as `config` in LOCKSTEP_KUBE_DIR, KUBECONFIG in .env, `up -d`.
+        (The sandbox's iris does not read it; a real one would.)"""
+        kube = Path(self.stack.env["LOCKSTEP_KUBE_DIR"])
+        (kube / "config").write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+        self.stack.env["KUBECONFIG"] = "/etc/lockstep/kube/config"
+        self.stack.write_env()
+        self.stack.compose("up", "-d", "--no-build")
+        wait_for_webserver(self.stack)
+
+    def step_started(self, run_id: str) -> bool:
+        with self.instance() as instance:
+            return any(e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+                       for e in instance.all_logs(run_id))
 
     def status(self, run_id: str) -> str:
         return self.client.get_run_status(run_id).value
@@ -120,7 +142,9 @@ class Live:
                    __typename ... on PythonError { message } ... on UnauthorizedError { message } } }""",
             {"r": {"repositoryLocationName": "tpu", "repositoryName": "__repository__"}, "p": "tpu_builds", "k": sha},
         )
-        assert answer["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", answer  # type: ignore[index]
+        # The re-lock may have added it already (it records the commit it pushed as a build to make).
+        assert answer["addDynamicPartition"]["__typename"] in {  # type: ignore[index]
+            "AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"}, answer
 
     def instance(self) -> dg.DagsterInstance:
         home = self.root / "reader-home"
@@ -132,7 +156,8 @@ class Live:
     def floating(self) -> str | None:
         site = load_site(self.sb.site_file)
         assert site.tpu is not None
-        return registry_for(site).resolve(repository=site.tpu.image_ref().repository, reference=site.tpu.floating_tag)
+        return registry_for(site).resolve(repository=ImageRef.parse(site.tpu.image).repository,
+                                          reference=site.tpu.floating_tag)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +174,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     iris_engine = Engine(sb.root / "iris" / "engine")
     iris_engine.state.mkdir(parents=True, exist_ok=True)
     iris_engine.start()
+    iris_engine.ensure_bases(["python"])  # the consumer's FROM: made from this machine's files, which runs cannot read
     mounts = [f"{sb.root}:{sb.root}", f"{REPO}:{REPO}:ro", f"{iris_engine.run_dir}:{iris_engine.run_dir}"]
+    if not Path(sys.base_prefix).is_relative_to("/usr"):  # the checkout's venv runs on a Python of its own
+        mounts.append(f"{sys.base_prefix}:{sys.base_prefix}:ro")
     env_values = {k: v.replace("\n", "\\n") for k, v in canaries.items()}
     stack = start_stack(root=root, site_file=sb.site_file, site_dir=sb.root, extra_mounts=mounts,
                         secrets_env=env_values)
@@ -164,11 +192,20 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
 
 def test_relock_build_promote_each_run_in_its_own_container(live: Live) -> None:
-    advance_harbor(live.sb.root)
+    advance_harbor(live.sb.root, fix=True)  # a harbor whose drift guard warns (the file probe passes)
     relock = live.launch("relock_harbor")
     assert live.wait(relock) == "SUCCESS", live.why(relock)
     tip = git.Repo(live.sb.consumer).commit(CONSUMER_BRANCH).hexsha
     live.add_build(tip)
+    # Day one: the iris cluster's kubeconfig is not there yet. The first build says so, submits nothing,
+    # and says how to add it; doing exactly that makes the next build go.
+    first = live.launch("build_tpu", tags={"dagster/partition": tip})
+    assert live.wait(first) == "FAILURE"
+    why = live.why(first)
+    assert "nothing was submitted" in why and "KUBECONFIG is not set" in why, why[-3000:]
+    assert "LOCKSTEP_KUBE_DIR" in why and "KUBECONFIG=/etc/lockstep/kube/config in deploy/docker/.env" in why
+    assert not list((live.sb.iris_home / "jobs").glob("*/*"))  # no iris job
+    live.add_kubeconfig()
     build = live.launch("build_tpu", tags={"dagster/partition": tip})
     assert live.wait(build) == "SUCCESS", live.why(build)
     before = live.floating()
@@ -176,7 +213,11 @@ def test_relock_build_promote_each_run_in_its_own_container(live: Live) -> None:
     assert live.wait(promote) == "SUCCESS", live.why(promote)
 
     containers = live.stack.run_containers()
-    for run_id in (relock, build, promote):
+    for run_id in (relock, first, build, promote):
+        state = containers[run_id]["State"]
+        if run_id == first:
+            assert state["Status"] == "exited", state  # the run's verdict is in the event log, not its exit code
+            continue
         state = containers[run_id]["State"]
         assert state["Status"] == "exited" and state["ExitCode"] == 0, (run_id, state)
         assert containers[run_id]["Config"]["Image"] == live.stack.env["LOCKSTEP_IMAGE"]
@@ -194,26 +235,41 @@ def test_relock_build_promote_each_run_in_its_own_container(live: Live) -> None:
 
 def test_a_promote_lost_with_the_daemon_is_failed_by_run_monitoring_and_the_next_one_runs(live: Live) -> None:
     stack = live.stack
-    promote = live.launch("promote_tpu")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while live.status(promote) not in {"STARTING", "STARTED"} or promote not in stack.run_containers():
-        assert time.monotonic() < deadline and live.status(promote) not in {"SUCCESS", "FAILURE"}
-        time.sleep(0.5)
-    # The host loses both: the daemon and the run's container (an engine restart, an OOM kill).
-    stack.docker("kill", stack.container("daemon"))
-    stack.docker("kill", stack.run_containers()[promote]["Id"], check=False)
+    # A second verified build, so the promote has a move to make (harbor's guard is already fixed).
+    advance_harbor(live.sb.root)
+    relock = live.launch("relock_harbor")
+    assert live.wait(relock) == "SUCCESS", live.why(relock)
+    tip = git.Repo(live.sb.consumer).commit(CONSUMER_BRANCH).hexsha
+    live.add_build(tip)
+    build = live.launch("build_tpu", tags={"dagster/partition": tip})
+    assert live.wait(build) == "SUCCESS", live.why(build)
+    before = live.floating()
+    # The test holds the floating tag's lock (the Postgres advisory lock every writer takes), so the
+    # promote is caught inside its step, where a host losing it would leave it.
+    site = load_site(live.sb.site_file)
+    holder = sa.create_engine(stack.postgres_url(), poolclass=NullPool).connect()
+    try:
+        key = advisory_key(floating_tag_lock_name(site))
+        assert holder.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+        promote = live.launch("promote_tpu")
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not live.step_started(promote):
+            assert time.monotonic() < deadline and live.status(promote) not in {"SUCCESS", "FAILURE"}, live.why(promote)
+            time.sleep(0.5)
+        # The host loses both: the daemon and the run's container (an engine restart, an OOM kill).
+        stack.docker("kill", stack.container("daemon"))
+        stack.docker("kill", stack.run_containers()[promote]["Id"])
+    finally:
+        holder.close()
     stack.compose("start", "daemon")
-    assert live.wait(promote, timeout_s=300) == "FAILURE"  # run monitoring, not a hang in STARTED
-    with live.instance() as instance:
-        events = instance.all_logs(promote)
-        said = " ".join(e.message or "" for e in events)
-        assert "container" in said.lower() or "run worker" in said.lower(), said[-2000:]
+    assert live.wait(promote, timeout_s=300) == "FAILURE"  # run monitoring, not a run STARTED forever
+    assert live.floating() == before  # it died before its PUT
     after = live.launch("promote_tpu")
     assert live.wait(after) == "SUCCESS", live.why(after)  # its tag_moves slot was freed
     with live.instance() as instance:
         log = list(reversed(tag_history(instance)))
     now = live.floating()
-    assert log_disagreement(log, now) is None and log[-1].to_digest == now
+    assert now != before and log_disagreement(log, now) is None and log[-1].to_digest == now
 
 
 def test_every_secret_reaches_the_runs_and_no_value_lands_in_the_stack(live: Live) -> None:

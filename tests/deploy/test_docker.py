@@ -239,7 +239,11 @@ def test_compose_services_agree_with_each_other_and_with_dagster_yaml(compose: d
     assert owner["user"] == "0:0" and owner["command"][:2] == ["chown", f"{image_user}:{image_user}"]
     assert set(owner["command"][2:]) == {t for t, (src, mode) in run_mounts.items() if not src.startswith("/") and mode != "ro"}
     for name in ("tpu", "jovian"):
-        assert services[name]["depends_on"] == {"volume-owner": {"condition": "service_completed_successfully"}}
+        # The volumes are owned and the instance's tables exist before a code server opens either.
+        assert services[name]["depends_on"] == {"volume-owner": {"condition": "service_completed_successfully"},
+                                                "instance-schema": {"condition": "service_completed_successfully"}}
+    assert services["instance-schema"]["command"] == ["dagster", "instance", "migrate"]
+    assert services["instance-schema"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
     for name in ("webserver", "daemon"):
         assert INTERPOLATION.fullmatch(services[name]["group_add"][0]).group(1) == "DOCKER_GID"  # type: ignore[union-attr]
     # Code servers evaluate sensors: exactly the volumes runs get (the site's directory, git's SSH material,
