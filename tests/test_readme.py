@@ -79,16 +79,18 @@ LOCKSTEP_SCENARIO: dict[str, int] = {
 }
 
 # Shown, not run here: each needs what this machine does not have. The lines as the docs show them.
-_DOCKER = "needs a Docker engine; tests/deploy/test_docker.py checks deploy/docker against Dagster's schemas"
+_DOCKER = ("needs the team's host and its site; tests/deploy/test_compose_live.py runs these on a real engine, "
+           "tests/deploy/test_docker.py checks deploy/docker against Dagster's schemas")
 _CLUSTER = ("needs a Kubernetes cluster and the ghcr registry; tests/deploy/test_k8s.py checks the Helm values "
             "and the Job a run gets, offline")
 _SERVES = ("serves until stopped: `lockstep demo` runs this same `dagster dev` (lockstep/cli.py), and "
            "tests/ui/test_browser.py runs `lockstep demo`")
-_COMPOSE = "docker compose -f deploy/docker/docker-compose.yml"
+_COMPOSE = "docker compose -p lockstep -f deploy/docker/docker-compose.yml"
 NOT_RUN: dict[str, str] = {
     f"{_COMPOSE} up -d --build": _DOCKER,
     f"{_COMPOSE} exec tpu lockstep pools --apply --iris-builds 4": _DOCKER,
-    "docker compose -p lockstep -f deploy/docker/docker-compose.yml restart tpu jovian": _DOCKER,
+    f"{_COMPOSE} restart tpu jovian": _DOCKER,
+    "lockstep deploy env --site /etc/lockstep/site/site.toml --update deploy/docker": _DOCKER,
     f"{_COMPOSE} exec -T postgres pg_dump --format=custom --username=lockstep lockstep > lockstep.dump": _DOCKER,
     f"{_COMPOSE} stop daemon webserver tpu jovian": _DOCKER,
     f"{_COMPOSE} exec -T postgres pg_restore --clean --if-exists --no-owner --username=lockstep --dbname=lockstep "
@@ -101,13 +103,15 @@ NOT_RUN: dict[str, str] = {
     "--from-file=known_hosts": _CLUSTER,
     "kubectl -n lockstep create secret generic lockstep-postgresql --from-literal=postgresql-password=$PG_PASSWORD":
         _CLUSTER,
-    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml": _CLUSTER,
+    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml --from-file=lockstep-attest.pub": _CLUSTER,
+    "kubectl -n lockstep create secret generic lockstep-kube --from-file=config=iris-cluster.kubeconfig": _CLUSTER,
+    "kubectl -n lockstep apply -f lockstep-shared.yaml": _CLUSTER,
     "helm repo add dagster https://dagster-io.github.io/helm": _CLUSTER,
     "helm upgrade --install dagster dagster/dagster --version 1.13.27 -n lockstep -f deploy/k8s/values.yaml": _CLUSTER,
     "lockstep pools --iris-builds 4 | while read -r cmd; do kubectl -n lockstep exec deploy/dagster-daemon -- $cmd; "
     "done": _CLUSTER,
-    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml --dry-run=client -o yaml | kubectl -n "
-    "lockstep apply -f -": _CLUSTER,
+    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml --from-file=lockstep-attest.pub "
+    "--dry-run=client -o yaml | kubectl -n lockstep apply -f -": _CLUSTER,
     "kubectl -n lockstep rollout restart deployment -l component=user-deployments,deployment in (tpu,jovian)":
         _CLUSTER,
     "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000": _SERVES,

@@ -36,8 +36,8 @@ def refusal(**kwargs: object) -> str:
 
 # What each deployment's message must tell a person to do, per missing piece.
 HOW_BINARY = {
-    "kubernetes": ["--build-arg IRIS_VERSION=", "x-lockstep-image", 'binary = "/opt/iris/bin/iris"', "lockstep-site ConfigMap"],
-    "compose": ["IRIS_VERSION=", "deploy/docker/.env", "--build", 'binary = "/opt/iris/bin/iris"'],
+    "kubernetes": ["--build-arg WITH_IRIS=1", "x-lockstep-image", 'binary = "/opt/iris/bin/iris"', "lockstep-site ConfigMap"],
+    "compose": ["WITH_IRIS=1", "deploy/docker/docker-compose.yml", "--build", 'binary = "/opt/iris/bin/iris"'],
     None: ["pip install marin-iris", "[iris] binary"],
 }
 HOW_KUBECONFIG = {
