@@ -13,7 +13,10 @@ do on compose. `down -v` leaves no container, network or volume.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +39,7 @@ from resources.registry import ImageRef, registry_for
 from resources.site import load_site
 from sqlalchemy.pool import NullPool
 from sandbox.engines import Engine
+from sandbox.processes import command_lines
 from sandbox.world import CONSUMER_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
 from tests.canary_scan import Canary, scan
 from tests.conftest import stop_sandbox
@@ -189,6 +193,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         if world.down is None:
             stop_stack(stack)
         stop_sandbox(sb)
+        # A code server or run container (root, the sandbox mounted) may have restarted the sandbox's git
+        # daemon and rewritten its pid file with a pid of its own namespace: stop by PID whatever of this
+        # module still runs from the sandbox.
+        for pid, argv in command_lines():
+            if pid != os.getpid() and any(str(root) in arg for arg in argv):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_relock_build_promote_each_run_in_its_own_container(live: Live) -> None:
