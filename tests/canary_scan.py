@@ -232,3 +232,14 @@ def _scan_file(path: Path, matcher: _Matcher, report: ScanReport, exclude: Calla
     else:
         report.files += 1
         matcher.match(path.read_bytes(), f"file {path}", report)
+
+
+def attest_key_canary() -> str:
+    """A fresh ECDSA P-256 private key (PKCS#8 PEM): an attestation key's canary must be a real key,
+    since it signs."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()

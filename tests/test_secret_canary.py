@@ -42,7 +42,6 @@ import pytest
 import requests
 import tomli_w
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from jovian_assets.definitions import jovian_resources
 from jovian_assets.node_assets import DISTRIBUTED
@@ -58,7 +57,7 @@ from sandbox.world import (
     up,
     use_iris_contract,
 )
-from tests.canary_scan import Canary, ScanReport, scan
+from tests.canary_scan import Canary, ScanReport, attest_key_canary, scan
 from tests.jovian.lab import ASSETS as JOVIAN_ASSETS
 from tests.jovian.lab import Lab, done
 from tests.registry_server import RegistryServer, running_registry
@@ -109,16 +108,10 @@ class World:
 ATTEST_KEY_LINE = f"{SANDBOX_ATTEST_KEY_ENV} (a line of its PEM)"
 
 
-def _attest_key() -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
-
-
 def _canaries() -> list[Canary]:
     """One per secret the site names, and a wrong value for two of them: the refusals must not echo it."""
     users = (REGISTRY_USER, PUSH_USER)
-    attest = _attest_key()
+    attest = attest_key_canary()
     return [*(Canary(env=env, value=canary_value(env.split()[0]), users=users)
               for env in (REGISTRY_TOKEN_ENV, SANDBOX_TOKEN_ENV, PASSPHRASE_ENV, WRONG_REGISTRY_TOKEN, WRONG_PASSPHRASE)),
             Canary(env=SANDBOX_ATTEST_KEY_ENV, value=attest), Canary(env=ATTEST_KEY_LINE, value=attest.splitlines()[2])]

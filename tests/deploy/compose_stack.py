@@ -15,13 +15,11 @@ What differs from a team's host, and why, is all here:
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
-import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ import yaml
 
 from sandbox.deploy_images import POSTGRES_IMAGE, build_lockstep_image
 from sandbox.engines import DOCKER, Engine
+from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "deploy" / "docker"
@@ -44,12 +43,6 @@ def compose_binary() -> str:
     if found is None:
         raise RuntimeError("docker-compose not found: install Debian's docker-compose (./dev setup does)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -228,9 +221,3 @@ def stop_stack(stack: Stack) -> dict[str, list[str]]:
 
 def container_env(container: Mapping[str, Any]) -> dict[str, str]:
     return dict(item.partition("=")[::2] for item in container["Config"]["Env"])
-
-
-def iter_files(root: Path) -> Iterator[Path]:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            yield Path(dirpath) / name

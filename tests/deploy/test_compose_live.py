@@ -32,8 +32,7 @@ import tomli_w
 import tomllib
 import yaml
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
+from dagster_graphql import DagsterGraphQLClient
 
 from resources.registry import ImageRef, registry_for
 from resources.site import load_site
@@ -41,7 +40,7 @@ from sqlalchemy.pool import NullPool
 from sandbox.engines import Engine
 from sandbox.processes import command_lines
 from sandbox.world import CONSUMER_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
-from tests.canary_scan import Canary, scan
+from tests.canary_scan import Canary, attest_key_canary, scan
 from tests.conftest import stop_sandbox
 from tests.deploy.compose_stack import REPO, Stack, container_env, start_stack, stop_stack, wait_for_webserver
 from tpu_assets.history import tag_history
@@ -58,12 +57,6 @@ RUN_TIMEOUT_S = 600
 
 def _canary(env: str) -> str:
     return f"canary-{env.lower()}-{secrets.token_hex(12)}"
-
-
-def _attest_key() -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
 
 
 def _site_with_every_secret(sb: Sandbox, attest_key: str) -> None:
@@ -168,7 +161,7 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     root = tmp_path_factory.mktemp("compose-live")
     sb = up(root / "sandbox")
-    attest_key = _attest_key()
+    attest_key = attest_key_canary()
     _site_with_every_secret(sb, attest_key)
     site = load_site(sb.site_file)
     canaries = {env: _canary(env) for env in site.secret_env_names() if env != SANDBOX_ATTEST_KEY_ENV}
