@@ -44,12 +44,12 @@ def reload_advice(env: Mapping[str, str] | None = None, namespace_file: Path = K
     deployment = env.get(DEPLOYMENT_ENV, "").strip()
     if deployment == "compose":
         return (f"Restart the code server containers: `{COMPOSE_RESTART}` "
-                "(runs started after the restart use the new file), then run again")
+                "(sensors tick in the code servers, which keep the file they loaded until then), then run again")
     if deployment == "kubernetes":
         namespace = k8s_namespace(env, namespace_file)
         return ("Restart both code servers (the chart's `dagster api grpc` cannot reload): "
                 f"`kubectl -n {namespace} rollout restart deployment -l '{K8S_USER_DEPLOYMENTS}'` "
-                "(runs started after the restart use the new file), then run again")
+                "(sensors tick in the code servers, which keep the file they loaded until then), then run again")
     unknown = f" ({DEPLOYMENT_ENV}={deployment!r} is neither compose nor kubernetes)" if deployment else ""
     return ("Reload the code location (UI: Deployment -> Reload, or restart `lockstep demo`), "
             f"then run again{unknown}")

@@ -14,6 +14,7 @@ do on compose. `down -v` leaves no container, network or volume.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import signal
@@ -32,17 +33,20 @@ import tomli_w
 import tomllib
 import yaml
 from cryptography.hazmat.primitives import serialization
-from dagster_graphql import DagsterGraphQLClient
+from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from resources.registry import ImageRef, registry_for
 from resources.site import load_site
 from sqlalchemy.pool import NullPool
 from sandbox.engines import Engine
 from sandbox.processes import command_lines
-from sandbox.world import CONSUMER_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
+from sandbox.world import CONSUMER_BRANCH, HARBOR_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
 from tests.canary_scan import Canary, attest_key_canary, scan
 from tests.conftest import stop_sandbox
-from tests.deploy.compose_stack import REPO, Stack, container_env, start_stack, stop_stack, wait_for_webserver
+from resources.site_reload import COMPOSE_RESTART
+from tests.deploy.compose_stack import (
+    REPO, Stack, compose_binary, container_env, start_stack, stop_stack, wait_for_webserver,
+)
 from tpu_assets.history import tag_history
 from tpu_assets.promotion import floating_tag_lock_name
 from tpu_assets.tag_lock import advisory_key
@@ -274,6 +278,53 @@ def test_a_promote_lost_with_the_daemon_is_failed_by_run_monitoring_and_the_next
         log = list(reversed(tag_history(instance)))
     now = live.floating()
     assert now != before and log_disagreement(log, now) is None and log[-1].to_digest == now
+
+
+SENSOR_DRY_RUN = """mutation($s: SensorSelector!) { sensorDryRun(selectorData: $s, cursor: null) {
+  __typename ... on PythonError { message }
+  ... on DryRunInstigationTick { evaluationResult { skipReason runRequests { runKey } error { message } } } } }"""
+
+
+def _dry_run(live: Live) -> dict[str, object]:
+    """One harbor_branch_sensor evaluation in the tpu code server, as the UI's "Test sensor" makes it."""
+    answer = live.graphql(SENSOR_DRY_RUN, {"s": {"repositoryLocationName": "tpu", "repositoryName": "__repository__",
+                                                 "sensorName": "harbor_branch_sensor"}})["sensorDryRun"]
+    assert answer["__typename"] == "DryRunInstigationTick", answer  # type: ignore[index]
+    return answer["evaluationResult"]  # type: ignore[index,return-value]
+
+
+def test_an_edited_site_is_refused_with_the_compose_restart_and_the_restart_clears_it(live: Live) -> None:
+    stack = live.stack
+    assert _dry_run(live)["runRequests"], "the sensor sees harbor's tip before the edit"
+    with live.sb.site_file.open("a", encoding="utf-8") as f:
+        f.write("# an edit on the host, after the code servers loaded the file\n")
+    # The site's directory is mounted, not the file: the code server reads the edited bytes at once.
+    inside = stack.docker("exec", stack.container("tpu"), "sha256sum", stack.env["LOCKSTEP_SITE"]).split()[0]
+    assert inside == hashlib.sha256(live.sb.site_file.read_bytes()).hexdigest()
+    said = str(_dry_run(live)["skipReason"])
+    assert "changed since this code location loaded it" in said and COMPOSE_RESTART in said, said
+    # Do exactly what it says, from a checkout's root (compose v1, Debian's, spells `docker compose` with a dash).
+    argv = COMPOSE_RESTART.split()
+    assert argv[:2] == ["docker", "compose"]
+    checkout = live.root / "checkout"
+    (checkout / "deploy").mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        (checkout / "deploy" / "docker").symlink_to(stack.project, target_is_directory=True)
+    restarted = subprocess.run([compose_binary(), *argv[2:]], cwd=checkout, env=stack.engine.env(),
+                               capture_output=True, text=True, timeout=300, check=False)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            result = _dry_run(live)
+        except (AssertionError, DagsterGraphQLClientError) as exc:  # the webserver reconnecting to the new servers
+            result = {"skipReason": f"not answered: {exc}", "runRequests": None}
+        if result["runRequests"]:
+            break
+        assert time.monotonic() < deadline, f"after the restart the sensor still says: {result}"
+        time.sleep(3)
+    assert [r["runKey"] for r in result["runRequests"]] == [  # type: ignore[union-attr,index]
+        f"harbor:{git.Repo(live.sb.harbor).commit(HARBOR_BRANCH).hexsha}"]
 
 
 def test_every_secret_reaches_the_runs_and_no_value_lands_in_the_stack(live: Live) -> None:

@@ -28,7 +28,7 @@ def test_compose_says_restart_the_code_server_containers(tmp_path: Path, monkeyp
     message = _changed_error(tmp_path)
     assert f"`{COMPOSE_RESTART}`" in message
     assert COMPOSE_RESTART == "docker compose -p lockstep -f deploy/docker/docker-compose.yml restart tpu jovian"
-    assert "runs started after" in message and "Reload" not in message
+    assert "which keep the file they loaded" in message and "Reload" not in message
 
 
 def test_kubernetes_says_rollout_restart_of_both_user_deployments(tmp_path: Path,
