@@ -196,6 +196,8 @@ def is_loopback(host: str) -> bool:
 
 def error_codes(resp: requests.Response) -> list[tuple[str, str]]:
     """The distribution API's JSON errors: [(code, message)]; [] for no body or not that shape."""
+    import requests  # here, not only under TYPE_CHECKING: the except clause below names it at run time
+
     try:
         body = resp.json()
         errors = body.get("errors") or []
