@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from resources.atomic import write_atomic
 from resources.errors import FileFormatError, LockstepError, decode_utf8
 from resources.git import GitInputRefused, GitRemotes, NamedRefs, Worktree
 from resources.names import PathEscape, under
@@ -208,8 +209,7 @@ def _relock_in(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, aut
     if after.commit == before.commit and docker_pin == after.commit:
         # uv found nothing newer than the lock (the branch tip is not ahead of the locked commit).
         return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, after, state.dockerfile_line, "")
-    in_checkout(wt.path, tpu.dockerfile).write_text(
-        set_pin(state.dockerfile_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
+    write_atomic(in_checkout(wt.path, tpu.dockerfile), set_pin(state.dockerfile_text, tpu.dockerfile, variable, after.commit))
 
     # Re-read what will be committed: the two pins must agree before anything leaves this machine.
     committed = read_state(wt.path, tpu)
