@@ -217,7 +217,13 @@ class GitRemotes(dg.ConfigurableResource):
                 f"machine (git ls-remote -- {redact(url)}), or raise {key}"
             ) from None
         if proc.returncode:
-            raise _failed(args, proc.returncode, err.decode(errors="replace"), url)
+            error = _failed(args, proc.returncode, err.decode(errors="replace"), url)
+            if isinstance(error, RemoteUnreachable) and "timed out" in str(error).lower():
+                # ssh's ConnectTimeout (or keepalive) ended it: say which setting that was.
+                raise RemoteUnreachable(
+                    f"{error} (ssh gave up after [timeouts] git_connect_s = {self.connect_timeout_s:g} s: check the "
+                    "remote is up and answers from this machine, or raise [timeouts] git_connect_s)")
+            raise error
         return out.decode(errors="surrogateescape")
 
     @contextlib.contextmanager

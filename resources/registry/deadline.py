@@ -76,7 +76,11 @@ def read_some(resp: requests.Response, n: int, per_read_s: float, *, decode: boo
         return resp.raw.read1(n, decode_content=decode)
     deadline.check()
     _cut_read_timeout(resp, deadline.read_timeout(per_read_s))
-    data = resp.raw.read1(n, decode_content=decode)
+    try:
+        data = resp.raw.read1(n, decode_content=decode)
+    except Exception:
+        deadline.check()  # a read cut short by the deadline says so, not "read timed out"
+        raise
     deadline.received += len(data)
     return data
 
