@@ -178,4 +178,4 @@ def test_a_silent_spark_node_fails_at_connect_timeout_naming_the_node(silent: Fa
         spark_for(site).run(node="dgx4", argv=["true"])
     message = str(info.value)
     assert "dgx4" in message and str(silent.port) in message, message
-    assert "is the node up" in message
+    assert "no answer within 1s ([spark] connect_timeout_s: connect, ssh banner, authentication)" in message
