@@ -62,6 +62,7 @@ from resources.site_rules import (
     refuse,
     repository_urls,
 )
+from resources.site_timeouts import TimeoutsSection
 from resources.tomlfile import load_toml
 
 DEFAULT_SITE = Path(".sandbox") / "site.toml"
@@ -350,6 +351,7 @@ class SiteConfig(Table):
     links: LinksSection = Field(default_factory=LinksSection)
     attest: AttestSection | None = None
     alerts: AlertsSection = Field(default_factory=AlertsSection)
+    timeouts: TimeoutsSection = Field(default_factory=TimeoutsSection)
     _path: Path = PrivateAttr(default=Path("site.toml"))
     _digest: str = PrivateAttr(default="")
 
