@@ -40,7 +40,7 @@ from sandbox.shell_place import ShellPlaceError, replace_paths
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = frozenset({"succeeded", "failed", "killed", "worker_failed", "unschedulable"})
-FAULTS = ("ok", "fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace")
+FAULTS = ("ok", "fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace", "push_fail")
 JOB_ENV = "_FAKE_IRIS_JOB_ENV"  # how `job run` hands the -e values to its worker without a file
 PULL_ENV = "_FAKE_IRIS_PULL_ENV"  # and the cluster's registry login, for pulling the task image only
 # The only variables a job inherits from whoever submitted it; everything else comes from -e,
@@ -401,6 +401,9 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
     decoded = len(command) == 3 and command[:2] == ["bash", "-lc"] and _DECODE_AND_EXEC.fullmatch(command[2])
     if decoded and "BUILD_B64" in env:
         root = _task_root(jd, config)
+        if fault == "push_fail":  # the script runs, writes its login, and kaniko's push is refused
+            (root / "kaniko" / "executor").write_text(
+                "#!/bin/sh\necho 'error pushing image: UNAUTHORIZED (fault injected)' >&2\nexit 1\n")
         try:
             script = base64.b64decode(env["BUILD_B64"], validate=True).decode("utf-8", "replace")
         except (binascii.Error, ValueError):
