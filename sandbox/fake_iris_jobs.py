@@ -46,7 +46,7 @@ PULL_ENV = "_FAKE_IRIS_PULL_ENV"  # and the cluster's registry login, for pullin
 # The only variables a job inherits from whoever submitted it; everything else comes from -e,
 # as on a real cluster (and the submitter's own tokens stay out of the job).
 INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*\Z")  # \Z: `$` also matches before a final newline
 _DECODE_AND_EXEC = re.compile(r'echo "\$BUILD_B64" \| base64 -d > (\S+) && exec bash \1')
 
 # What the ubuntu:22.04 task image provides, as far as the kaniko script uses it.
