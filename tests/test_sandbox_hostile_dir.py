@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from click.testing import CliRunner
 
@@ -28,9 +29,13 @@ from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.fake_iris import install_fake_iris, job_dir, stop_all
 from sandbox.fake_iris_jobs import _in_task_root
 from sandbox.shell_place import ShellPlaceError, replace_paths
-from sandbox.teardown import stop_sandbox
+from sandbox.teardown import stop_sandbox as stop_sandbox_dir
+from sandbox.world import advance_harbor, up
 from tests.canary_scan import Canary, scan
+from tests.conftest import sandbox_resources, stop_sandbox
+from tests.registry_server import running_registry
 from tests.report import count
+from tests.runs import Pipeline, failure_message
 
 SECRET = "ghp_hostileDirTokenValue0123456789abcd"
 IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"
@@ -150,4 +155,29 @@ def test_sandbox_up_under_a_hostile_dir_writes_wrappers_that_run_nothing_of_its_
             subprocess.run([str(iris_wrapper), "--help"], capture_output=True, timeout=60)
         assert not marker.exists()
     finally:
-        stop_sandbox(d)
+        stop_sandbox_dir(d)
+
+
+@pytest.mark.heavy(90)
+def test_a_sandbox_under_a_hostile_dir_relocks_and_builds_and_runs_nothing_of_its_name(tmp_path: Path) -> None:
+    """The whole first build (the issue's repro): relock, the kaniko job through the sandbox iris with the
+    real executor stand-in and build engine, checks, smoke, verified, with every path under that name."""
+    d, marker = hostile_dir(tmp_path)
+    (tmp_path / "sb").mkdir()  # so that a bare `cd <name>` would get as far as the injected `touch`
+    with running_registry(tmp_path / "registry") as registry:
+        sb = up(d, registry=registry.host)
+        try:
+            assert str(d) in sb.site_file.read_text() or d.as_uri() in sb.site_file.read_text()
+            with dg.instance_for_test() as instance:
+                p = Pipeline(sb, sandbox_resources(sb, tmp_path / "cache"), instance)
+                advance_harbor(sb.root, fix=True)
+                commit = p.relock()
+                result = p.build(commit)
+                assert result.success, failure_message(result)
+                assert p.pinned(commit)
+        finally:
+            stop_sandbox(sb)
+    assert not marker.exists(), "the sandbox directory's name ran as a command"
+    jobs = [s.parent for s in (sb.iris_home / "jobs").glob("*/*/state.json")]
+    assert any(json.loads((jd / "state.json").read_text())["kind"] == "kaniko" for jd in jobs), jobs
+    assert all(not (jd / "root").exists() and not (jd / "home").exists() for jd in jobs)
