@@ -56,7 +56,8 @@ def hostile_dir(base: Path) -> tuple[Path, Path]:
     return base / f"sb;{t};y$({t})`{t}`\"'x", marker
 
 
-@pytest.mark.parametrize("where", ["bare", "double", "single", "heredoc", "subshell", "double-subshell"])
+@pytest.mark.parametrize("where", ["bare", "double", "single", "heredoc", "heredoc-dash", "subshell", "double-subshell",
+                                   "escaped-quote", "after-comment"])
 def test_a_path_placed_in_a_script_reads_back_as_itself_and_runs_nothing(where: str, tmp_path: Path) -> None:
     d, marker = hostile_dir(tmp_path)
     script = {
@@ -64,12 +65,15 @@ def test_a_path_placed_in_a_script_reads_back_as_itself_and_runs_nothing(where: 
         "double": 'printf "%s\\n" "/tmp/a"',
         "single": "printf '%s\\n' 'x /tmp/a'",
         "heredoc": "cat <<EOF\n/tmp/a\nEOF",
+        "heredoc-dash": "cat <<-EOF\n\t/tmp/a\n\tEOF",
+        "escaped-quote": "printf '%s\\n' \\' /tmp/a",  # \' is a plain quote character, not a quote
+        "after-comment": "# it's a comment\nprintf '%s\\n' /tmp/a",
         "subshell": "printf '%s\\n' $(printf '%s' /tmp/a)",
         "double-subshell": 'printf "%s\\n" "$(printf "%s" "/tmp/a")"',
     }[where]
     placed = replace_paths(script, re.compile(r"/tmp(?=/)"), lambda _m: str(d))
     out = subprocess.run(["bash", "-c", placed], capture_output=True, text=True, timeout=30, check=True).stdout
-    expected = f"x {d}/a" if where == "single" else f"{d}/a"
+    expected = {"single": f"x {d}/a", "escaped-quote": f"'\n{d}/a"}.get(where, f"{d}/a")
     assert out.rstrip("\n") == expected  # the name holds no blank, so even an unquoted $( ) gives it whole
     assert not marker.exists()
 
@@ -77,8 +81,9 @@ def test_a_path_placed_in_a_script_reads_back_as_itself_and_runs_nothing(where: 
 def test_a_comment_is_left_alone_and_a_quoted_heredoc_refuses_a_path_it_cannot_hold(tmp_path: Path) -> None:
     d, _ = hostile_dir(tmp_path)
     assert _in_task_root("# cd /tmp first\n", d) == "# cd /tmp first\n"
-    with pytest.raises(ShellPlaceError, match="quoted here-doc"):
-        _in_task_root("cat <<'EOF'\n/tmp/x\nEOF\n", d)
+    for quoted in ("'EOF'", '"EOF"', "\\EOF"):
+        with pytest.raises(ShellPlaceError, match="quoted here-doc"):
+            _in_task_root(f"cat <<{quoted}\n/tmp/x\nEOF\n", d)
     # A plain path is written as it is, anywhere (the script is unchanged but for the path).
     assert _in_task_root("cat <<'EOF'\n/tmp/x\nEOF\n", tmp_path / "plain") == f"cat <<'EOF'\n{tmp_path}/plain/tmp/x\nEOF\n"
 
