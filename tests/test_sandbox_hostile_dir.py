@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +46,8 @@ EXECUTOR = (
     "auths = json.load(open(os.path.join(os.environ['DOCKER_CONFIG'], 'config.json')))['auths']\n"
     "user = base64.b64decode(auths['sandbox.local']['auth']).decode().split(':')[0]\n"
     "print('executor login for', user, 'destination', sys.argv[-1])\n"
+    "sys.stdout.flush()\n"
+    "if ':tpu-5eeb' in sys.argv[-1]: import time; time.sleep(120)  # until cancelled\n"
     "sys.exit(1 if ':tpu-0bad' in sys.argv[-1] else 0)\n"
 )
 
@@ -138,6 +141,23 @@ def test_kaniko_jobs_under_a_hostile_dir_run_nothing_injected_and_leave_no_login
     assert report.files >= 6 and report.started_ms >= max(ends)
     assert report.findings == [], report.by_canary()
     count("kaniko jobs whose login ended with them", len(jobs))
+
+
+def test_a_cancelled_kaniko_job_leaves_no_login_either(iris: tuple[Path, Path, Path, Path]) -> None:
+    binary, home, workspace, marker = iris
+    cli = _cli(binary)
+    spec = kaniko_job(KanikoSettings(gitsha="5eeb5ee", image=IMAGE, docker_user="penfever", docker_token_env="GHCR_TOKEN"),
+                      build_script(IMAGE).encode())  # fmt: skip
+    sub = cli.submit(spec=spec, cwd=workspace)
+    jd = job_dir(home, sub.job_id)
+    deadline = time.monotonic() + 60  # a bound on waiting, not an assertion on time
+    while "executor login for" not in (jd / "log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list((jd / "root").rglob("config.json")), "the job never got as far as its login"  # the login is there...
+    cli.cancel(job_id=sub.job_id)
+    assert json.loads((jd / "state.json").read_text())["state"] == "killed"
+    assert not (jd / "root").exists() and not list(jd.rglob("config.json"))  # ...and gone with the job
+    assert not marker.exists()
 
 
 def test_sandbox_up_under_a_hostile_dir_writes_wrappers_that_run_nothing_of_its_name(tmp_path: Path) -> None:
