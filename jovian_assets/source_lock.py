@@ -108,7 +108,10 @@ def _read_pairs(text: str, path: str) -> tuple[dict[str, str], dict[str, int]]:
     """key=value lines in file order; the first one must be the format line."""
     keys: dict[str, str] = {}
     lines: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" only, as the lab's shell reads them: splitlines() would also end one at "\r",
+    # "\x0b", "\x85", "\u2028"..., and read `release.version=r1\r<anything>` as a clean `r1` (then the
+    # rest as a line of its own), while bash reads the whole value. Such a value is refused as itself.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if "=" not in line:

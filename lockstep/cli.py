@@ -170,7 +170,10 @@ def _image_ref(ref: str):  # type: ignore[no-untyped-def]
     from resources.registry import ImageRef
     from resources.site_rules import check_host_port
 
-    parsed = _guard(lambda: ImageRef.parse(ref))
+    try:
+        parsed = ImageRef.parse(ref)
+    except LockstepError as exc:  # named as the argument it came from, as click names its own refusals
+        raise click.BadParameter(str(exc), param_hint="REF") from None
     if not check_host_port(parsed.registry):
         raise click.BadParameter(f"{ref!r}: {parsed.registry!r} is not a registry host[:port]", param_hint="REF")
     return parsed

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from resources.site import SiteConfig
 
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 
 # Never wait for a password prompt or an unknown host key: fail and say so. (_env() adds the deadlines.)
 _GIT_ENV = {

@@ -17,7 +17,7 @@ from resources.names import KNOWN_SCHEMES, NameRefused, check_url
 from resources.secrets import redact
 from resources.tomlfile import key_line, load_toml
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 class UvError(LockstepError):

@@ -25,7 +25,7 @@ from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
 from sensors.tick_resources import tick_budget
 from tpu_assets.history import log_state, move_materialization
-from tpu_assets.promotion import floating_tag_lock_name
+from tpu_assets.promotion import floating_tag_lock_name, served
 from tpu_assets.tag_lock import TagLockTimeout, floating_tag_lock
 from tpu_assets.tag_log import WATCH_NAME, unrecorded_moves
 
@@ -66,7 +66,10 @@ def _tick(context: dg.SensorEvaluationContext, site: SiteResource, registry: Reg
         with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=0, holder=WATCH_NAME):
             # Read both again under the lock: the run that held it may have just recorded this very state.
             found = registry.resolve(repository=repository, reference=tag)
-            moves = unrecorded_moves(log_state(context.instance), found, recorder=WATCH_NAME)
+            state = log_state(context.instance)
+            if found != state.current:  # about to record it: only a digest the registry serves
+                served(registry, repository=repository, tag=tag, digest=found)
+            moves = unrecorded_moves(state, found, recorder=WATCH_NAME)
             for move in moves:
                 context.instance.report_runless_asset_event(move_materialization(cfg, move))
     except TagLockTimeout:

@@ -30,7 +30,7 @@ from resources.spark.results import ConnectionLost, HostKeyRefused, SparkError, 
 if TYPE_CHECKING:
     import paramiko
 
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Bulk streaming. Reads hand over whatever has arrived, up to this much at a time.
 _CHUNK = 1 << 20
