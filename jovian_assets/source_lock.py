@@ -81,9 +81,9 @@ def parse_source_lock(text: str, path: str, *, required: Sequence[str] = ()) -> 
     if not rev.strip():
         raise FileFormatError(path, lines["release.version"], "release.version is empty: it names the rev (e.g. r35)")
     name_at(path, lines["release.version"], "release.version", rev)
-    packages = _packages(keys, lines, path)
-    for name in required:
+    for name in required:  # first: a required package's own message names what it lacks
         _check_required(name, keys, lines, path, end)
+    packages = _packages(keys, lines, path)
     return SourceLock(
         path=path, format=keys["format"].strip(), rev=rev, release_name=keys.get("release.name"),
         packages=packages, keys=keys, lines=lines,
