@@ -670,6 +670,21 @@ def shown_variable(name: str) -> str:
     return f"${name}" if name.startswith("ENV{") else f"${{{name}}}"
 
 
+def why_unresolved(row: DepRow) -> str:
+    """`${T} (recursive: ...)`, `${NOPE} (set nowhere ...)`: each unresolved variable of a row and why."""
+    return ", ".join(shown_variable(v) + (" (recursive: its only set() refers to itself)" if v in row.recursive
+                                          else " (set nowhere that reaches this use)") for v in row.unresolved)
+
+
+def check_resolved(rows: Sequence[DepRow]) -> list[DepRow]:
+    """`rows` when every pin resolved; else a FileFormatError at the first open row's FetchContent call."""
+    for row in rows:
+        if row.unresolved:
+            raise FileFormatError(row.file, row.line, f"{row.name}: unresolved {why_unresolved(row)}: lockstep never "
+                                                      "fetches a pin it cannot read")
+    return list(rows)
+
+
 def unresolved_finding(rows: Sequence[DepRow]) -> Finding:
     """Passes when every pin resolved; else names each `${VAR}` with its file:line (CUDA-path rows first)."""
     open_rows = sorted((r for r in rows if r.unresolved), key=lambda r: not is_cuda_path(r))

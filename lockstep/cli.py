@@ -549,7 +549,7 @@ def lab_dep_table(tree: Path) -> None:
     it is missing or recursive, and the command exits non-zero (lockstep never fetches it)."""
     import json
 
-    from jovian_assets.dep_table import parse_tree, shown_variable, to_rows_json
+    from jovian_assets.dep_table import parse_tree, to_rows_json, why_unresolved
     from resources.errors import FileFormatError
 
     def parse():  # type: ignore[no-untyped-def]
@@ -564,10 +564,7 @@ def lab_dep_table(tree: Path) -> None:
     click.echo(json.dumps(to_rows_json(rows), indent=2))
     open_rows = [row for row in rows if row.unresolved]
     for row in open_rows:
-        click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved "
-                   + ", ".join(shown_variable(v) + (" (recursive: its only set() refers to itself)" if v in row.recursive
-                                                    else " (set nowhere that reaches this use)")
-                               for v in row.unresolved), err=True)
+        click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved {why_unresolved(row)}", err=True)
     if open_rows:  # a table with a pin nobody can fetch is not a table to sync gates from
         raise click.ClickException(f"{len(open_rows)} of {len(rows)} pins did not resolve to literal values (above)")
 
