@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.reader import read_bytes
 from resources.names import (
     DEFAULT_SCHEMES,
     IRIS_NAME,
@@ -444,7 +445,7 @@ def site_names_only(path: Path) -> SiteConfig:
 
 
 def _read_site(site_path: Path, *, read_keys: bool = True) -> SiteConfig:
-    raw = site_path.read_bytes()
+    raw = read_bytes(site_path)  # a directory or FIFO named by $LOCKSTEP_SITE is refused, never read
     text = decode_utf8(raw, site_path)
     data = load_toml(site_path, text)
     try:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resources.atomic import write_atomic
-from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.errors import FileFormatError, LockstepError
+from resources.reader import read_bytes, read_text
 from resources.git import GitInputRefused, GitRemotes, NamedRefs, Worktree
 from resources.names import PathEscape, under
 from resources.secrets import redact
@@ -147,7 +148,7 @@ def in_checkout(wt: Path, relative: str) -> Path:
 
 
 def _text(path: Path, shown: str) -> str:
-    return decode_utf8(path.read_bytes(), shown)
+    return read_text(path, shown)
 
 
 def read_state(wt: Path, tpu: TpuSection) -> ConsumerState:
@@ -155,7 +156,7 @@ def read_state(wt: Path, tpu: TpuSection) -> ConsumerState:
     lock_path = in_checkout(wt, "uv.lock")
     if not lock_path.exists():
         raise FileFormatError("uv.lock", None, "the consumer repo has no uv.lock: run `uv lock` there once and commit it")
-    lock = UvLock.read(Path("uv.lock"), lock_path.read_bytes())
+    lock = UvLock.read(Path("uv.lock"), read_bytes(lock_path, "uv.lock"))
     pkg, src = lock.git_package(tpu.harbor_package)
     declared = read_declaration(read_pyproject(in_checkout(wt, PYPROJECT)), tpu.harbor_package)
     docker_path = in_checkout(wt, tpu.dockerfile)
