@@ -19,6 +19,7 @@ from resources.secrets import redact
 SECRET_KEY = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
+_NUL_ESCAPE = re.compile(r"\\(u0000|U00000000)")
 _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
 
 
@@ -44,7 +45,9 @@ def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
     if (problem := tree_problem(data)) is not None:
         where, what = problem
         key = str(where[-1]) if where else ""
-        line = _line_naming(text, key)
+        # A NUL reaches a TOML value only as an escape: its line is where that escape is written.
+        nul = _NUL_ESCAPE.search(text) if "NUL" in what else None
+        line = text.count("\n", 0, nul.start()) + 1 if nul else _line_naming(text, key)
         shown = ".".join(str(p) for p in where[:4]) + ("..." if len(where) > 4 else "")
         raise FileFormatError(path, line, f"{shown} {what}: no TOML file lockstep reads has that (a generated or "
                                           "hostile file?)")
