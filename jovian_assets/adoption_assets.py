@@ -35,6 +35,7 @@ from jovian_assets.models import (
 )
 from jovian_assets.partitions import lab_revs
 from jovian_assets.revs import LAB_COMMIT_TAG, find_rev_lock
+from resources.atomic import write_atomic
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
@@ -255,7 +256,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
         pushed, commit = False, wt.base_sha
         if not unknown and (not target.exists() or target.read_text(encoding="utf-8") != text):
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            write_atomic(target, text)
             git.commit_all(worktree=wt, message=f"jovian: adopt {rev} as one profile ({source_lock.path if source_lock.path.isprintable() else repr(source_lock.path)} @ {source_lock.lab_commit[:8]})",
                            author=author, paths=[rel])
             commit, pushed = git.push_fast_forward(worktree=wt), True

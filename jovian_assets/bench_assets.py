@@ -15,6 +15,7 @@ from jovian_assets.keys import LANE_SERVING
 from jovian_assets.models import Finding, LaneServing
 from jovian_assets.node_build import NodeBuildFailed
 from jovian_assets.partitions import lab_revs
+from resources.atomic import write_atomic
 from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.names import NameRefused, check_relative_path
@@ -113,15 +114,14 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
         verdict = gate(quality, baseline, lane.tolerance, lane=lane.name)
         report = inside(wt.path, rel)
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(report_markdown(lane=lane.name, rev=rev, tag=serving.tag, image_id=serving.image_id, node=node,
-                                          stamp=stamp, quality=quality, perf=perf, verdict=verdict, baseline=baseline),
-                          encoding="utf-8")
+        write_atomic(report, report_markdown(lane=lane.name, rev=rev, tag=serving.tag, image_id=serving.image_id, node=node,
+                                             stamp=stamp, quality=quality, perf=perf, verdict=verdict, baseline=baseline))
         table = inside(wt.path, night)
         table.parent.mkdir(parents=True, exist_ok=True)
         score_rows, perf_rows = night_shift_rows(stamp=stamp, lane=lane.name, rev=rev, image_id=serving.image_id,
                                                  quality=quality, perf=perf, verdict=verdict, report=rel)
-        table.write_text(update_night_shift(table.read_text(encoding="utf-8") if table.is_file() else None, date=date,
-                                            score_rows=score_rows, perf_rows=perf_rows), encoding="utf-8")
+        write_atomic(table, update_night_shift(table.read_text(encoding="utf-8") if table.is_file() else None, date=date,
+                                               score_rows=score_rows, perf_rows=perf_rows))
         git.commit_all(worktree=wt, message=f"bench: {lane.name} {rev} quality {quality.final_score} "
                        f"({'pass' if verdict.passed else 'FAIL'}, {quality.tool} {quality.tool_version})",
                        author=config.site.commit_author, paths=[rel, night])
@@ -186,7 +186,7 @@ def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetim
                                         recorded_by=config.site.commit_author)
         target = inside(wt.path, baseline_path(lane.name))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(baseline_json(baseline), encoding="utf-8")
+        write_atomic(target, baseline_json(baseline))
         git.commit_all(worktree=wt, author=config.site.commit_author, paths=[baseline_path(lane.name)],
                        message=f"bench: {lane.name} baseline is {baseline.rev}'s run {baseline.run.run_id} "
                        f"({baseline.run.tool} {baseline.run.tool_version}, score {baseline.run.final_score}, "

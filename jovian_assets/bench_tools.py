@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resources.errors import FileFormatError, decode_utf8
+from resources.reader import loads_json
 from resources.model import Model
 from resources.secrets import redact
 
@@ -172,9 +173,9 @@ def _json_path(loc: tuple[Any, ...]) -> str:
 def _json_doc(raw: bytes, path: str, error: type[FileFormatError], hint: str) -> Any:
     text = decode_utf8(raw, path)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(path, exc.lineno, f"not JSON ({exc.msg} at column {exc.colno}): {hint}") from None
+        return loads_json(text, path)  # duplicate keys, deep nesting and NULs refused, with the line
+    except FileFormatError as exc:
+        raise error(path, exc.line, f"{exc.message}: {hint}") from None
 
 
 def _validated(model: type[BaseModel], doc: Any, path: str, error: type[FileFormatError], hint: str) -> Any:

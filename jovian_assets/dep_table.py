@@ -14,6 +14,7 @@ The tokenizer and the CUDA-path condition reader are in cmake_syntax.py.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
@@ -381,12 +382,23 @@ def _rows_for(fetch: _Fetch, file: str, chain: Sequence[_Definition], resolver: 
                 _check_value(check_relative_path, "GIT_SUBMODULES path", _Resolved(path, ()), file,
                              options["GIT_SUBMODULES"][0].line)
             unresolved = list(dict.fromkeys(named.unresolved + repo.unresolved + tag.unresolved + missing))
-            rows.append(DepRow(
+            rows.append(DepRow(recursive=_recursive(unresolved, chain),
                 name=name, repository=repo.value or None, tag=tag.value or None, submodules=submodules,
                 condition=_condition(tag.scope), file=file, line=fetch.command.line,
                 source_dir_override=overrides.get(name.lower()), unresolved=unresolved, kind=fetch.kind,
             ))
     return rows
+
+
+def _recursive(keys: Sequence[str], chain: Sequence[_Definition]) -> list[str]:
+    """The unresolved `keys` that a set() defines from themselves (`set(T "${T}")`): there is a definition,
+    but it can only ever expand to itself, so it is reported as recursive, not as missing."""
+    out = []
+    for key in keys:
+        shown = f"${key}" if key.startswith("ENV{") else f"${{{key}}}"
+        if any(d.name == key and shown in d.value for d in chain):
+            out.append(key)
+    return out
 
 
 def _git_url(kind: str, value: object) -> str:
@@ -405,6 +417,9 @@ def _refuse_empty_options(args: Sequence[Arg], options: dict[str, list[Arg]], fi
 def _check_value(rule: Callable[[str, object], str], kind: str, value: _Resolved, file: str, line: int) -> None:
     """A resolved pin held to its rule (names.py); refused at the set() it came from when there was one."""
     if value.unresolved:
+        if value.value.startswith("-"):  # whatever the variable holds, git would read the value as an option
+            raise FileFormatError(file, line, f"{kind} {value.value[:200]!r} starts with '-': git would read it as an "
+                                              "option, whatever its unresolved variables hold")
         return  # reported as unresolved, never fetched
     where = value.sources[-1] if len(value.sources) == 1 else (file, line)
     try:
@@ -442,11 +457,12 @@ def parse_tree(root: Path) -> list[DepRow]:
     """
     root = Path(root)
     top = root / "CMakeLists.txt"
-    files = ([top] if top.is_file() else []) + sorted((root / EXTERNAL_PROJECTS).glob("*.cmake"))
+    has_top = os.path.lexists(top)  # a FIFO or directory there is refused by read_text, not skipped as absent
+    files = ([top] if has_top else []) + sorted((root / EXTERNAL_PROJECTS).glob("*.cmake"))
     if not files:
         raise FileFormatError(root, None, f"not a vLLM source tree: no CMakeLists.txt and no {EXTERNAL_PROJECTS}/*.cmake")
     scans = [_scan(read_text(f, f.relative_to(root).as_posix()), f.relative_to(root).as_posix()) for f in files]
-    return _rows(scans, scans[0].definitions if top.is_file() else [])
+    return _rows(scans, scans[0].definitions if has_top else [])
 
 
 def parse_cmake(text: str, file: str) -> list[DepRow]:
@@ -652,6 +668,21 @@ def to_rows_json(rows: Sequence[DepRow]) -> list[dict[str, object]]:
 def shown_variable(name: str) -> str:
     """An unresolved variable as cmake writes it: `${NOPE}`, `$ENV{MYSTERY_OWNER}`."""
     return f"${name}" if name.startswith("ENV{") else f"${{{name}}}"
+
+
+def why_unresolved(row: DepRow) -> str:
+    """`${T} (recursive: ...)`, `${NOPE} (set nowhere ...)`: each unresolved variable of a row and why."""
+    return ", ".join(shown_variable(v) + (" (recursive: its only set() refers to itself)" if v in row.recursive
+                                          else " (set nowhere that reaches this use)") for v in row.unresolved)
+
+
+def check_resolved(rows: Sequence[DepRow]) -> list[DepRow]:
+    """`rows` when every pin resolved; else a FileFormatError at the first open row's FetchContent call."""
+    for row in rows:
+        if row.unresolved:
+            raise FileFormatError(row.file, row.line, f"{row.name}: unresolved {why_unresolved(row)}: lockstep never "
+                                                      "fetches a pin it cannot read")
+    return list(rows)
 
 
 def unresolved_finding(rows: Sequence[DepRow]) -> Finding:

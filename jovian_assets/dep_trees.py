@@ -13,11 +13,12 @@ resolved under its root first (names.under).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from jovian_assets.inputs import check_utf8, path_under
+from jovian_assets.inputs import check_utf8, path_under, read_text
 from jovian_assets.models import DepTree, Finding
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes
@@ -159,8 +160,7 @@ def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0,
     if not links or depth >= MAX_DEPTH:
         return links
     gitmodules = dest / ".gitmodules"
-    urls = submodule_urls(gitmodules.read_text(encoding="utf-8", errors="surrogateescape"), url, str(gitmodules)) \
-        if gitmodules.is_file() else {}
+    urls = submodule_urls(read_text(gitmodules), url, str(gitmodules)) if os.path.lexists(gitmodules) else {}
     found: dict[str, str] = {}
     for path, commit in links.items():
         found[path] = commit

@@ -13,24 +13,27 @@ import re
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.errors import FileFormatError, LockstepError, refuse_nul
+from resources.reader import read_text as _read_text
 from resources.names import KNOWN_SCHEMES, NameRefused, PathEscape, check_name, check_url, under
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
 def read_text(path: Path, shown: str | Path | None = None) -> str:
-    """A file's text, refused unless it is UTF-8; errors name `shown` (default: the path)."""
-    return decode_utf8(path.read_bytes(), shown if shown is not None else path)
+    """A regular file's text, refused unless it is UTF-8 without NUL bytes (resources/reader.py: never a
+    directory, FIFO or device, never past its size limit); errors name `shown` (default: the path)."""
+    return _read_text(path, shown)
 
 
 def check_utf8(text: str, path: str | Path) -> str:
-    """`text` as given, refused when it holds a byte that was not UTF-8 (decoded with surrogateescape)."""
+    """`text` as given, refused when it holds a byte that was not UTF-8 (decoded with surrogateescape) or a NUL."""
     bad = _ESCAPED_BYTE.search(text)
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
         byte = ord(bad.group()) - 0xDC00
         raise FileFormatError(path, line, f"not UTF-8 text (byte {byte:#04x}): save the file as UTF-8")
+    refuse_nul(text, path)
     return text
 
 

@@ -107,6 +107,7 @@ class DepRow(Model):
     line: int  # line of the FetchContent_Declare / FetchContent_Populate
     source_dir_override: str | None = None  # `$ENV{X_SRC_DIR}` or `X_SRC_DIR`: replaces the download when set
     unresolved: list[str] = Field(default_factory=list)  # variables left as ${...} in repository/tag/submodules
+    recursive: list[str] = Field(default_factory=list)  # those of `unresolved` whose only set() refers to itself
     kind: Literal["declare", "populate"] = "declare"
 
 

@@ -57,6 +57,7 @@ def find_rev_lock(git: GitRemotes, jovian: JovianSection, *, lab_commit: str, re
     if len(candidates) > 1:
         raise LockstepError(f"rev {rev} is published twice: {', '.join(c.path for c in candidates)}; the lab must publish one lock per rev")
     entry = candidates[0]
-    text = git.show_file(url=jovian.lab_repo, sha=lab_commit, path=entry.path) or ""
+    # The blob's exact bytes (`git show` output loses the last newline, which is how a cut-off lock shows).
+    text = git.read_blobs(url=jovian.lab_repo, sha=lab_commit, blobs=[entry.blob])[entry.blob]
     lock = parse_source_lock(text, entry.path, required=jovian.packages)
     return AdoptedLock(rev=rev, lab_commit=lab_commit, path=entry.path, blob=entry.blob, lock=lock)

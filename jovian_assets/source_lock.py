@@ -73,15 +73,17 @@ def parse_source_lock(text: str, path: str, *, required: Sequence[str] = ()) -> 
             _check_full_sha(path, lines[key], key, value)
         elif key.endswith(_SHA256_SUFFIX):
             _check_sha256(path, lines[key], key, value)
+    end = max(text.count("\n") + (0 if text.endswith("\n") else 1), 1)  # the file's last line
     rev = keys.get("release.version")
     if rev is None:
-        raise FileFormatError(path, None, "no release.version key: it names the rev (e.g. release.version=r35)")
+        raise FileFormatError(path, end, f"no release.version key (the file ends at line {end}): it names the rev "
+                                         "(e.g. release.version=r35)")
     if not rev.strip():
         raise FileFormatError(path, lines["release.version"], "release.version is empty: it names the rev (e.g. r35)")
     name_at(path, lines["release.version"], "release.version", rev)
+    for name in required:  # first: a required package's own message names what it lacks
+        _check_required(name, keys, lines, path, end)
     packages = _packages(keys, lines, path)
-    for name in required:
-        _check_required(name, keys, lines, path)
     return SourceLock(
         path=path, format=keys["format"].strip(), rev=rev, release_name=keys.get("release.name"),
         packages=packages, keys=keys, lines=lines,
@@ -108,7 +110,10 @@ def _read_pairs(text: str, path: str) -> tuple[dict[str, str], dict[str, int]]:
     """key=value lines in file order; the first one must be the format line."""
     keys: dict[str, str] = {}
     lines: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" only, as the lab's shell reads them: splitlines() would also end one at "\r",
+    # "\x0b", "\x85", "\u2028"..., and read `release.version=r1\r<anything>` as a clean `r1` (then the
+    # rest as a line of its own), while bash reads the whole value. Such a value is refused as itself.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if "=" not in line:
@@ -129,6 +134,12 @@ def _read_pairs(text: str, path: str) -> tuple[dict[str, str], dict[str, int]]:
         lines[key] = number
     if not keys:
         raise FileFormatError(path, 1, f"the file is empty: a source lock starts with format={FORMAT}")
+    if not text.endswith("\n"):
+        # The lab writes whole lines; a last line without its newline is a download or copy cut short, and
+        # the keys after the cut (a package's pins, the fingerprint) are simply missing.
+        last = text.count("\n") + 1
+        raise FileFormatError(path, last, f"the file ends inside line {last} ({text.splitlines()[-1][:80]!r}, no newline "
+                                          "after it): a truncated lock; fetch the whole file again")
     return keys, lines
 
 
@@ -177,6 +188,10 @@ def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[st
         name = key.removesuffix(".repository")
         commit_key = f"{name}.commit"
         if commit_key not in keys:
+            pins = [k for k in (f"{name}.tree", f"{name}.package.tree", f"{name}.bundle.sha256") if k in keys]
+            if pins:  # a package's pins without its commit: the commit line was lost (a cut, a bad merge)
+                raise FileFormatError(path, lines[pins[0]], f"package {name} has {pins[0]} but no {commit_key}: "
+                                                            "every package pins its commit next to its tree")
             continue  # e.g. model.repository: a Hugging Face repo, not a package pinned by commit
         tree_key = f"{name}.tree"
         if tree_key not in keys:
@@ -200,13 +215,13 @@ def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[st
     return packages
 
 
-def _check_required(name: str, keys: dict[str, str], lines: dict[str, int], path: str) -> None:
+def _check_required(name: str, keys: dict[str, str], lines: dict[str, int], path: str, end: int) -> None:
     repository, commit = f"{name}.repository", f"{name}.commit"
     missing = [k for k in (repository, commit) if k not in keys]
     if not missing:
         return
     present = next((k for k in (repository, commit) if k in keys), None)
     raise FileFormatError(
-        path, lines[present] if present else None,
+        path, lines[present] if present else end,
         f"required package {name} is missing {' and '.join(missing)}: the rev must pin {name} as part of its one cut",
     )

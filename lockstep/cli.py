@@ -170,7 +170,10 @@ def _image_ref(ref: str):  # type: ignore[no-untyped-def]
     from resources.registry import ImageRef
     from resources.site_rules import check_host_port
 
-    parsed = _guard(lambda: ImageRef.parse(ref))
+    try:
+        parsed = ImageRef.parse(ref)
+    except LockstepError as exc:  # named as the argument it came from, as click names its own refusals
+        raise click.BadParameter(str(exc), param_hint="REF") from None
     if not check_host_port(parsed.registry):
         raise click.BadParameter(f"{ref!r}: {parsed.registry!r} is not a registry host[:port]", param_hint="REF")
     return parsed
@@ -544,11 +547,12 @@ def lab_lock(path: Path) -> None:
 def lab_dep_table(tree: Path) -> None:
     """Print the cmake dependency table of a vLLM source tree (a checkout or an unpacked sdist) as JSON rows.
 
-    A row whose repository or tag holds a variable nothing sets keeps the `${VAR}` in its value, lists
-    it under "unresolved", and is named on stderr with its file:line (lockstep never fetches it)."""
+    A row whose repository or tag holds a variable nothing sets (or only sets from itself) keeps the
+    `${VAR}` in its value, lists it under "unresolved", is named on stderr with its file:line and whether
+    it is missing or recursive, and the command exits non-zero (lockstep never fetches it)."""
     import json
 
-    from jovian_assets.dep_table import parse_tree, shown_variable, to_rows_json
+    from jovian_assets.dep_table import parse_tree, to_rows_json, why_unresolved
     from resources.errors import FileFormatError
 
     def parse():  # type: ignore[no-untyped-def]
@@ -561,10 +565,11 @@ def lab_dep_table(tree: Path) -> None:
 
     rows = _guard(parse)
     click.echo(json.dumps(to_rows_json(rows), indent=2))
-    for row in rows:
-        if row.unresolved:
-            click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved "
-                       + ", ".join(shown_variable(v) for v in row.unresolved), err=True)
+    open_rows = [row for row in rows if row.unresolved]
+    for row in open_rows:
+        click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved {why_unresolved(row)}", err=True)
+    if open_rows:  # a table with a pin nobody can fetch is not a table to sync gates from
+        raise click.ClickException(f"{len(open_rows)} of {len(rows)} pins did not resolve to literal values (above)")
 
 
 main.add_command(site_group)

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from resources.atomic import write_atomic
 from resources.errors import LockstepError
 from resources.model import Model
 from resources.site import SiteConfig
@@ -177,6 +178,6 @@ def update_docker_dir(env: DeployEnv, directory: Path) -> list[Path]:
         old = path.read_text(encoding="utf-8")
         new = rewrite(old, env)
         if new != old:
-            path.write_text(new, encoding="utf-8")
+            write_atomic(path, new)
             changed.append(path)
     return changed

@@ -17,6 +17,7 @@ import fcntl
 import fnmatch
 import functools
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
+from resources.deadline import limit
 from resources.errors import LockstepError
 from resources.model import Model
 from resources.names import (
@@ -49,9 +51,9 @@ if TYPE_CHECKING:
 
     from resources.site import SiteConfig
 
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 
-# Never wait for a password prompt or an unknown host key: fail and say so.
+# Never wait for a password prompt or an unknown host key: fail and say so. (_env() adds the deadlines.)
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
@@ -120,6 +122,13 @@ class GitRemotes(dg.ConfigurableResource):
 
     cache_dir: str = Field(default="", description="Mirror cache; empty: $LOCKSTEP_CACHE/git or ~/.cache/lockstep/git.")
     timeout_s: float = Field(default=300.0, gt=0, description="Every git call is killed after this.")
+    # The network deadlines ([timeouts] in the site, see resources/site_timeouts.py): git's own timeouts
+    # do not bound a remote that accepts the connection and never answers, so the process is killed.
+    connect_timeout_s: float = Field(default=15.0, gt=0, description="ssh ConnectTimeout (connect + handshake) and keepalive.")
+    refs_timeout_s: float = Field(default=30.0, gt=0, description="One ls-remote, the whole process group.")
+    transfer_timeout_s: float = Field(default=600.0, gt=0, description="One fetch or push, the whole process group.")
+    low_speed_bps: int = Field(default=1000, gt=0, description="http(s): slower than this for low_speed_s aborts.")
+    low_speed_s: int = Field(default=30, gt=0, description="http(s): how long a transfer may stay below low_speed_bps.")
     url_schemes: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SCHEMES),
         description="Transports git may use ([site] url_schemes): every URL is checked, and GIT_ALLOW_PROTOCOL set.",
@@ -158,32 +167,63 @@ class GitRemotes(dg.ConfigurableResource):
             raise _failed(args, exc.status, str(exc.stderr or ""), url) from None
 
     def _env(self) -> dict[str, str]:
-        """git's environment: no prompts or user config, and only the transports the site allows."""
+        """git's environment: no prompts or user config, only the transports the site allows, and
+        transport-level liveness: ssh gives up on a silent server after connect_timeout_s (OpenSSH's
+        ConnectTimeout covers the banner exchange too) and on a dead connection after two missed
+        keepalives; curl aborts an https transfer that stays below low_speed_bps for low_speed_s.
+        git:// has no such knob: only the process deadline in _network ends a silent one."""
         allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
-        return {**os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed}
+        connect = max(1, math.ceil(self.connect_timeout_s))  # ssh takes whole seconds
+        # Appended: OpenSSH keeps the first value of an option, so one a deployment's own command sets wins.
+        ssh = (f"{_GIT_ENV['GIT_SSH_COMMAND']} -o ConnectTimeout={connect} "
+               f"-o ServerAliveInterval={connect} -o ServerAliveCountMax=2")
+        return {
+            **os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed, "GIT_SSH_COMMAND": ssh,
+            "GIT_HTTP_LOW_SPEED_LIMIT": str(self.low_speed_bps), "GIT_HTTP_LOW_SPEED_TIME": str(self.low_speed_s),
+        }
 
     def _ls_remote(self, args: Sequence[str], url: str) -> str:
-        """``git ls-remote <args>``: what every sensor tick runs, so a plain subprocess, not GitPython
-        (whose timeout is a watchdog thread started per call), with the same environment and errors."""
-        # Its own process group, so a timeout kills the transport git started (ssh) along with git. Not
-        # its own session: with the kernel's autogroup scheduling on, each new session is a new group to
-        # schedule, and that cost a tick ~6 ms here, as much as the ls-remote itself.
+        """``git ls-remote <args>``: what every sensor tick runs."""
+        return self._network(["ls-remote", *args], url, deadline_s=self.refs_timeout_s,
+                             deadline_key="[timeouts] git_refs_s")
+
+    def _network(self, args: Sequence[str], url: str, *, deadline_s: float, deadline_key: str,
+                 cwd: Path | None = None) -> str:
+        """One git command that talks to `url` (ls-remote, fetch, push), killed with everything it
+        started when it outlives its deadline: the smallest of `deadline_s`, timeout_s and what is left
+        of the current budget (a sensor tick's, resources/deadline.py).
+
+        A plain subprocess, not GitPython (whose timeout is a watchdog thread started per call and kills
+        git alone), with the same environment and errors as _git. Its own process group, so the kill
+        takes the transport git started (ssh) along with git. Not its own session: with the kernel's
+        autogroup scheduling on, each new session is a new group to schedule, and that cost a tick ~6 ms
+        here, as much as the ls-remote itself."""
+        own, key = (deadline_s, deadline_key) if deadline_s <= self.timeout_s else (self.timeout_s, "timeout_s")
+        seconds, key = limit(own, key)
         proc = subprocess.Popen(
-            [_git_binary(), "-c", "protocol.ext.allow=never", "ls-remote", *args],
+            [_git_binary(), "-c", "protocol.ext.allow=never", *args], cwd=cwd,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
             env=self._env(),
         )
         try:
-            out, err = proc.communicate(timeout=self.timeout_s)
+            out, err = proc.communicate(timeout=seconds)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise RemoteUnreachable(
-                f"cannot reach {redact(url)}: timeout: git ls-remote did not complete in {self.timeout_s:g} secs"
+                f"cannot reach {redact(url)}: timeout: git {args[0]} did not complete in {seconds:g} secs "
+                f"({key}); git and its transport were killed. Check the remote is up and answers from this "
+                f"machine (git ls-remote -- {redact(url)}), or raise {key}"
             ) from None
         if proc.returncode:
-            raise _failed(["ls-remote", *args], proc.returncode, err.decode(errors="replace"), url)
+            error = _failed(args, proc.returncode, err.decode(errors="replace"), url)
+            if isinstance(error, RemoteUnreachable) and "timed out" in str(error).lower():
+                # ssh's ConnectTimeout (or keepalive) ended it: say which setting that was.
+                raise RemoteUnreachable(
+                    f"{error} (ssh gave up after [timeouts] git_connect_s = {self.connect_timeout_s:g} s: check the "
+                    "remote is up and answers from this machine, or raise [timeouts] git_connect_s)")
+            raise error
         return out.decode(errors="surrogateescape")
 
     @contextlib.contextmanager
@@ -269,7 +309,8 @@ class GitRemotes(dg.ConfigurableResource):
                 args.append(f"--depth={depth}")
             elif _is_shallow(repo):
                 args.append("--unshallow")
-            self._git([*args, "--", url, *refspecs], mirror, url=url)
+            self._network([*args, "--", url, *refspecs], url, cwd=mirror, deadline_s=self.transfer_timeout_s,
+                          deadline_key="[timeouts] git_transfer_s")
             return mirror
 
     def is_ancestor(self, *, url: str, ancestor: str, descendant: str) -> bool:
@@ -492,8 +533,8 @@ class GitRemotes(dg.ConfigurableResource):
                 "nothing was pushed; run again to redo the work on the new tip"
             )
         try:
-            self._git(["push", "--quiet", "--porcelain", "--", url, f"HEAD:refs/heads/{branch}"],
-                      worktree.path, url=url)
+            self._network(["push", "--quiet", "--porcelain", "--", url, f"HEAD:refs/heads/{branch}"], url,
+                          cwd=worktree.path, deadline_s=self.transfer_timeout_s, deadline_key="[timeouts] git_transfer_s")
         except RemoteUnreachable:
             raise
         except GitError as exc:
@@ -535,9 +576,16 @@ def _sha(sha: str) -> str:
 
 
 def git_for(site: SiteConfig | None, **fields: object) -> GitRemotes:
-    """The git resource of a code location: the site's URL schemes (the defaults without a site)."""
-    schemes = list(site.site.url_schemes) if site is not None else list(DEFAULT_SCHEMES)
-    return GitRemotes(url_schemes=schemes, **fields)  # type: ignore[arg-type]
+    """The git resource of a code location: the site's URL schemes and [timeouts] (the defaults without a site)."""
+    if site is None:
+        return GitRemotes(url_schemes=list(DEFAULT_SCHEMES), **fields)  # type: ignore[arg-type]
+    t = site.timeouts
+    site_fields: dict[str, object] = {
+        "url_schemes": list(site.site.url_schemes), "connect_timeout_s": t.git_connect_s,
+        "refs_timeout_s": t.git_refs_s, "transfer_timeout_s": t.git_transfer_s,
+        "low_speed_bps": t.git_low_speed_bps, "low_speed_s": t.git_low_speed_s,
+    }
+    return GitRemotes(**{**site_fields, **fields})  # type: ignore[arg-type]
 
 
 def glob_match(pattern: str, path: str) -> bool:

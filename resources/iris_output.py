@@ -29,17 +29,17 @@ runbook, so each reader says which versions print what:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
 
-from resources.errors import LockstepError
+from resources.errors import FileFormatError, LockstepError
 from resources.model import Model
+from resources.reader import loads_json
 from resources.secrets import redact
 
 
@@ -174,6 +174,14 @@ def help_options(text: str) -> frozenset[str]:
 _STATE_LINE = re.compile(r"^State:\s*(?P<state>\S+)(?P<fields>.*)$")
 _STATE_FIELD = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>\S*)$")
 _STATE_INTS = {"exit": r"-?\d+", "failures": r"\d+", "preemptions": r"\d+"}
+# An exit code is a process's status (0..255, or a negated signal as a local backend reports it); a count
+# of failures past 2**31 is no job's. Outside these, iris's answer is garbled, not a fact to act on.
+EXIT_RANGE = (-255, 255)
+COUNT_RANGE = (0, 2**31 - 1)
+_RANGES = {"exit": EXIT_RANGE, "failures": COUNT_RANGE, "preemptions": COUNT_RANGE}
+# Timestamps a newer iris adds (`finished_at`, `submitted_at_ms`): not read, but a garbled one means the
+# answer is, so each is checked: ISO-8601 text or epoch seconds for `*_at`, epoch milliseconds for `*_at_ms`.
+_YEARS = (2000, 2200)
 _DIAGNOSTIC_HEADERS = ("DIAGNOSTIC", "ERROR")
 
 
@@ -195,7 +203,7 @@ def parse_state_text(text: str, *, job_id: str, secrets: Iterable[str] = ()) -> 
     lines = text.splitlines()
     state_at = next((i for i, line in enumerate(lines) if _STATE_LINE.match(line.strip())), None)
     if state_at is None:
-        raise IrisError(f"iris printed no `State: ...` line for {job_id}:\n{redact(text, secrets)[:2000]}")
+        raise IrisError(f"iris printed no `State: ...` line for {job_id} (lines 1-{len(lines)}):\n{redact(text, secrets)[:2000]}")
     m = _STATE_LINE.match(lines[state_at].strip())
     assert m is not None
     fields = _state_fields(state_at + 1, lines[state_at].strip(), m["fields"], job_id, secrets)
@@ -211,7 +219,7 @@ def parse_state_text(text: str, *, job_id: str, secrets: Iterable[str] = ()) -> 
         elif error:
             error.append(line.strip())  # a message that runs over several lines
     table_at = next((i for i in range(head_end, len(lines)) if _is_header(lines[i])), None)
-    tasks = _task_rows(lines[table_at:]) if table_at is not None else []
+    tasks = _task_rows(lines[table_at:], table_at + 1) if table_at is not None else []
     message = "\n".join(error).strip()
     return JobSummary(
         job_id=job_id, state=state, exit_code=_believed_exit(state, fields["exit"], tasks),
@@ -233,6 +241,12 @@ def _state_fields(number: int, line: str, text: str, job_id: str, secrets: Itera
                 f"iris printed {f['key']}={f['value']!r} for {job_id}, not an integer "
                 f"(line {number}: {redact(line, secrets)!r})"
             )
+        lo, hi = _RANGES[f["key"]]
+        if not lo <= int(f["value"]) <= hi:
+            raise IrisUnreadable(
+                f"iris printed {f['key']}={f['value'][:40]!r} for {job_id}, outside {lo}..{hi} "
+                f"(line {number}: {redact(line[:200], secrets)!r})"
+            )
         fields[f["key"]] = f["value"]
     if "exit" not in fields:
         raise IrisUnreadable(f"iris printed a State line without exit=<int> for {job_id} (line {number}: {redact(line, secrets)!r})")
@@ -244,20 +258,23 @@ def _is_header(line: str) -> bool:
     return bool(words) and words[0] == "TASK" and "STATE" in words
 
 
-def _task_rows(lines: list[str]) -> list[TaskRow]:
+def _task_rows(lines: list[str], first_line: int) -> list[TaskRow]:
     """The task table (tabulate "plain": columns start where their headers start)."""
     header = lines[0]
     starts = {name: header.index(name) for name in ("STATE", "EXIT", "DURATION") if name in header}
     diag_name = next((h for h in _DIAGNOSTIC_HEADERS if re.search(rf"\b{h}\b", header)), None)
     diag_at = header.index(diag_name) if diag_name else None
     rows = []
-    for line in lines[1:]:
+    for offset, line in enumerate(lines[1:], 1):
         if not line.strip():
             break
         parts = line.split()
         if len(parts) < 2:
             continue
         exit_text = line[starts["EXIT"]:starts.get("DURATION", starts["EXIT"] + 6)].strip() if "EXIT" in starts else "-"
+        if re.fullmatch(r"-?\d+", exit_text) and not EXIT_RANGE[0] <= int(exit_text) <= EXIT_RANGE[1]:
+            raise IrisUnreadable(f"iris printed task {parts[0]}'s EXIT {exit_text[:40]!r}, outside {EXIT_RANGE[0]}..{EXIT_RANGE[1]} "
+                                 f"(line {first_line + offset}: {line.strip()[:200]!r})")
         rows.append(TaskRow(
             index=parts[0], state=parts[1],
             exit_code=int(exit_text) if re.fullmatch(r"-?\d+", exit_text) else None,
@@ -282,16 +299,18 @@ def parse_state_json(data: object, *, job_id: str, secrets: Iterable[str] = ()) 
     for i, t in enumerate(raw_tasks or []):
         if not isinstance(t, dict):
             raise IrisUnreadable(f"iris reported $.tasks[{i}] {_shown(t, secrets)} for {job_id}, not an object")
+        _json_times(t, f"$.tasks[{i}]", job_id, secrets)
         tasks.append(TaskRow(index=str(t.get("index", "?")), state=str(t.get("state", "")),
-                             exit_code=_json_int(t, "exit_code", f"$.tasks[{i}].exit_code", job_id, secrets),
+                             exit_code=_json_int(t, "exit_code", f"$.tasks[{i}].exit_code", job_id, secrets, EXIT_RANGE),
                              diagnostic=redact(str(t.get("error") or ""), secrets)))  # fmt: skip
-    exit_raw = _json_int(data, "exit_code", "$.exit_code", job_id, secrets)
+    exit_raw = _json_int(data, "exit_code", "$.exit_code", job_id, secrets, EXIT_RANGE)
+    _json_times(data, "$", job_id, secrets)
     error = data.get("error") or ""
     return JobSummary(
         job_id=str(data.get("job_id") or job_id), state=state, exit_code=_believed_exit(state, exit_raw, tasks),
         error=redact(str(error), secrets) or None,
-        failures=_json_int(data, "failure_count", "$.failure_count", job_id, secrets) or 0,
-        preemptions=_json_int(data, "preemption_count", "$.preemption_count", job_id, secrets) or 0,
+        failures=_json_int(data, "failure_count", "$.failure_count", job_id, secrets, COUNT_RANGE) or 0,
+        preemptions=_json_int(data, "preemption_count", "$.preemption_count", job_id, secrets, COUNT_RANGE) or 0,
         tasks=tasks,
     )
 
@@ -300,25 +319,58 @@ def _shown(value: object, secrets: Iterable[str]) -> str:
     return redact(repr(value), secrets)[:200]
 
 
-def _json_int(obj: dict[str, Any], key: str, where: str, job_id: str, secrets: Iterable[str]) -> int | None:
-    """An integer field of iris's JSON (absent or null: None). A bool or a string is refused, not guessed."""
+def _json_int(obj: dict[str, Any], key: str, where: str, job_id: str, secrets: Iterable[str],
+              bounds: tuple[int, int]) -> int | None:
+    """An integer field of iris's JSON (absent or null: None). A bool, a string or a number outside
+    `bounds` is refused, not guessed."""
     value = obj.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         # `where` ends in the key: the message reads "... $.exit_code 'abc' ...".
         raise IrisUnreadable(f"iris reported {where} {_shown(value, secrets)} for {job_id}: not an integer")
+    if not bounds[0] <= value <= bounds[1]:
+        raise IrisUnreadable(f"iris reported {where} {_shown(value, secrets)[:40]} for {job_id}: outside {bounds[0]}..{bounds[1]}")
     return value
+
+
+def _json_times(obj: dict[str, Any], where: str, job_id: str, secrets: Iterable[str]) -> None:
+    """Every `*_at` / `*_at_ms` field of one object is a time in 2000..2200, or null."""
+    for key, value in obj.items():
+        if value is None or not key.endswith(("_at", "_at_ms")):
+            continue
+        try:
+            year = _year(value, milliseconds=key.endswith("_ms"))
+        except (TypeError, ValueError, OverflowError, OSError):
+            year = None
+        if year is None or not _YEARS[0] <= year <= _YEARS[1]:
+            kind = "epoch milliseconds" if key.endswith("_ms") else "an ISO-8601 time or epoch seconds"
+            raise IrisUnreadable(f"iris reported {where}.{key} {_shown(value, secrets)[:80]} for {job_id}: not {kind} "
+                                 f"in {_YEARS[0]}..{_YEARS[1]}")
+
+
+def _year(value: object, *, milliseconds: bool) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value / 1000 if milliseconds else value, tz=timezone.utc).year
+    if isinstance(value, str) and not milliseconds:
+        return datetime.fromisoformat(value).year
+    return None
 
 
 def parse_state_output(stdout: str, *, job_id: str, json_output: bool, secrets: Iterable[str] = ()) -> JobSummary:
     if not json_output:
         return parse_state_text(stdout, job_id=job_id, secrets=secrets)
     try:
-        data: Any = json.loads(stdout)
-    except ValueError:
-        raise IrisError(f"`job summary --json` for {job_id} printed something that is not JSON:\n"
-                        f"{redact(stdout, secrets)[:2000]}") from None  # fmt: skip
+        # Strict: a state named twice (json.loads keeps the last: a `failed` hidden behind a `succeeded`),
+        # deep nesting and NULs are refused with the line and JSON path.
+        data: Any = loads_json(stdout, job_id)
+    except FileFormatError as exc:
+        # Cut-off output may be a one-off (a poll retries an IrisError); a duplicate key reads the same every time.
+        kind = IrisError if exc.message.startswith("not JSON") else IrisUnreadable
+        raise kind(f"`job summary --json` for {job_id} printed something lockstep cannot read "
+                             f"(line {exc.line}): {redact(exc.message, secrets)}\n{redact(stdout, secrets)[:2000]}") from None
     return parse_state_json(data, job_id=job_id, secrets=secrets)
 
 

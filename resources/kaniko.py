@@ -22,8 +22,8 @@ from resources.model import Model
 # What follows `--` in the runbook, verbatim: decode the script in the task, then become it.
 BUILD_COMMAND = ["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
 
-_GITSHA = re.compile(r"^[0-9a-f]{7,40}$")
-_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # as in resources.site: upper-case names only
+_GITSHA = re.compile(r"^[0-9a-f]{7,40}\Z")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")  # as in resources.site: upper-case names only
 
 
 class KanikoError(LockstepError):

@@ -16,10 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from pathlib import Path, PurePosixPath
+from urllib.parse import unquote
 
 # A rev, a node name, a build-dir part: starts with a letter or digit, at most 64 characters.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")  # a user or job name part of an iris /<user>/<name>
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: `$` also matches before a final newline
+IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*\Z")  # a user or job name part of an iris /<user>/<name>
 
 # Transports git may use for any URL lockstep hands it. `ext::` runs a command and `fd::` reads a
 # file descriptor: never. A site narrows this further with `[site] url_schemes`.
@@ -104,11 +105,9 @@ def check_url(kind: str, value: object, schemes: Collection[str] = KNOWN_SCHEMES
         raise NameRefused(f"{kind} {text!r} holds whitespace or a control character")
     if "::" in text.split("/", 1)[0]:
         raise NameRefused(f"{kind} {text!r} names a git remote helper ('<transport>::'), which may run commands")
+    if why := _login_problem(text):
+        raise NameRefused(f"{kind} {text!r}: {why}")
     scheme = url_scheme(text)
-    authority = text.split("://", 1)[1].split("/", 1)[0] if "://" in text else ""
-    if any(part.startswith("-") for part in authority.split("@")):
-        # ssh would read `ssh://-oProxyCommand=...` (or a user so named) as its own option.
-        raise NameRefused(f"{kind} {text!r}: its user or host starts with '-', which ssh would read as an option")
     if scheme is None:
         raise NameRefused(
             f"{kind} {text!r} is not a URL: use <scheme>://host/path or git@host:path "
@@ -117,6 +116,38 @@ def check_url(kind: str, value: object, schemes: Collection[str] = KNOWN_SCHEMES
     if scheme not in schemes:
         raise NameRefused(f"{kind} {text!r} uses {scheme!r}; this site allows {', '.join(sorted(schemes))}")
     return text
+
+
+def _login_part(url: str) -> str:
+    """The `[user@]host[:port]` of a URL (`scheme://` form) or of scp-like `[user@]host:path`; '' if none."""
+    if "://" in url:
+        return re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0]
+    head = url.split("/", 1)[0]
+    if head.startswith("["):  # scp-like `[user@host:port]:path` (git's connect.c parse_connect_url)
+        return head[1:].split("]", 1)[0]
+    return head.split(":", 1)[0] if ":" in head else ""
+
+
+def _login_problem(url: str) -> str | None:
+    """Why ssh could read this URL's user or host as its own option, or None.
+
+    git hands the host (and `user@`) of an ssh URL to ssh as an argument; one that starts with '-'
+    (`ssh://-oProxyCommand=...`, `user@-oProxy...:path`, `ssh://[-oProxy...]/x`) would be an option
+    that runs a command. git decodes `%XX` in ssh URLs (url.c url_decode), so `%2d` is a '-' too:
+    every form is decoded (twice over, for `%252d`) and checked piece by piece, brackets and
+    `user@` and `:port` taken apart.
+    """
+    forms = {url}
+    for _ in range(3):
+        forms |= {unquote(f) for f in forms}
+    for form in forms:
+        login = _login_part(form)
+        if _CONTROL.search(login) or any(c.isspace() for c in login):  # a path may hold a %20; a host may not
+            return "its user or host hides whitespace or a control character behind %-encoding"
+        for piece in re.split(r"[@:\[\]]", login):
+            if piece.strip().startswith("-"):
+                return "its user or host starts with '-' (plain, bracketed or %-encoded), which ssh would read as an option"
+    return None
 
 
 def check_relative_path(kind: str, value: object) -> str:

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.reader import read_bytes
 from resources.names import (
     DEFAULT_SCHEMES,
     IRIS_NAME,
@@ -62,6 +63,7 @@ from resources.site_rules import (
     refuse,
     repository_urls,
 )
+from resources.site_timeouts import TimeoutsSection
 from resources.tomlfile import load_toml
 
 DEFAULT_SITE = Path(".sandbox") / "site.toml"
@@ -350,6 +352,7 @@ class SiteConfig(Table):
     links: LinksSection = Field(default_factory=LinksSection)
     attest: AttestSection | None = None
     alerts: AlertsSection = Field(default_factory=AlertsSection)
+    timeouts: TimeoutsSection = Field(default_factory=TimeoutsSection)
     _path: Path = PrivateAttr(default=Path("site.toml"))
     _digest: str = PrivateAttr(default="")
 
@@ -442,7 +445,7 @@ def site_names_only(path: Path) -> SiteConfig:
 
 
 def _read_site(site_path: Path, *, read_keys: bool = True) -> SiteConfig:
-    raw = site_path.read_bytes()
+    raw = read_bytes(site_path)  # a directory or FIFO named by $LOCKSTEP_SITE is refused, never read
     text = decode_utf8(raw, site_path)
     data = load_toml(site_path, text)
     try:

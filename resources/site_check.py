@@ -23,6 +23,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from resources.errors import FileFormatError, decode_utf8
+from resources.reader import read_bytes
 from resources.model import Model
 from resources.site import SiteConfig
 from resources.site_attest import AttestSection, read_trusted_keys
@@ -50,10 +51,7 @@ def check_site(path: Path) -> SiteCheck:
 
 def _problems(path: Path) -> list[SiteProblem]:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        return [SiteProblem(file=str(path), message=f"cannot be read ({exc.strerror})")]
-    try:
+        raw = read_bytes(path)
         text = decode_utf8(raw, path)
         data = load_toml(path, text)
     except FileFormatError as exc:

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, ConfigDict, field_validator
 from resources.model import Model
 from resources.names import KNOWN_SCHEMES, check_name, check_ref, check_relative_path, check_url
 
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 
 
 class Table(Model):

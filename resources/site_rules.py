@@ -118,11 +118,11 @@ def check_size(kind: str, value: object) -> str:
 
 
 # A DNS name or an IP address (v6 without brackets): what paramiko connects to.
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$")
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)\Z")
 # A login name as useradd takes it.
-_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 # What versions.env and a profile hold: shell variable names.
-ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 
 
 def check_host(kind: str, value: object) -> str:
@@ -198,7 +198,7 @@ def check_host_port(text: str) -> bool:
 
 # A path on a node that becomes an OpenSSH option value (ssh expands '%' tokens and '~' in them):
 # absolute, and every part a plain name.
-_NODE_PATH_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+_NODE_PATH_PART = re.compile(r"^[A-Za-z0-9._-]+\Z")
 
 
 def check_node_path(kind: str, value: object) -> str:

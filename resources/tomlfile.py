@@ -11,13 +11,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from resources.errors import FileFormatError
+from resources.errors import FileFormatError, refuse_nul
+from resources.reader import check_nesting, read_text, tree_problem
 from resources.secrets import redact
 
 # A key whose name says it holds a credential: its line is never shown, whatever is wrong with it.
 SECRET_KEY = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
+_NUL_ESCAPE = re.compile(r"\\(u0000|U00000000)")
 _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
 
 
@@ -26,18 +28,38 @@ def _norm(part: str) -> str:
 
 
 def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
-    """Parse a TOML file; a syntax error becomes a FileFormatError with the line."""
+    """Parse a TOML file (read through resources/reader.py when `text` is not given); a syntax error,
+    a NUL byte or nesting deeper than reader.MAX_DEPTH becomes a FileFormatError with the line."""
     if text is None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise FileFormatError(path, None, "file does not exist") from None
+        text = read_text(path)
+    refuse_nul(text, path)
+    check_nesting(text, path, "toml")  # tomllib recurses per `[`/`{`: a RecursionError otherwise
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = _TOML_POS.search(str(exc))
-        line = int(m.group(1)) if m else None
+        line = int(m.group(1)) if m else 1
         raise FileFormatError(path, line, f"not valid TOML: {exc}{_shown(text, line)}") from None
+    # A dotted key (`a.b.c...`) nests without a bracket, and "\u0000" makes a NUL from clean bytes: the
+    # tree is checked before anything repr()s it or hands a value to git or a shell.
+    if (problem := tree_problem(data)) is not None:
+        where, what = problem
+        key = str(where[-1]) if where else ""
+        # A NUL reaches a TOML value only as an escape: its line is where that escape is written.
+        nul = _NUL_ESCAPE.search(text) if "NUL" in what else None
+        line = text.count("\n", 0, nul.start()) + 1 if nul else _line_naming(text, key)
+        shown = ".".join(str(p) for p in where[:4]) + ("..." if len(where) > 4 else "")
+        raise FileFormatError(path, line, f"{shown} {what}: no TOML file lockstep reads has that (a generated or "
+                                          "hostile file?)")
+    return data
+
+
+def _line_naming(text: str, key: str) -> int:
+    """The first line that sets `key` (`key =`, `"key" =`), else the first that names it, else 1."""
+    lines = text.splitlines()
+    sets = re.compile(rf"""(^|[\s.{{,"'])({re.escape(key)})["']?\s*=""")
+    return next((n for n, t in enumerate(lines, 1) if key and sets.search(t)),
+                next((n for n, t in enumerate(lines, 1) if key and key in t), 1))
 
 
 def _shown(text: str, line: int | None) -> str:

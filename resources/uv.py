@@ -12,12 +12,13 @@ import dagster as dg
 from pydantic import ConfigDict, Field, ValidationError
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.reader import read_bytes
 from resources.model import Model
 from resources.names import KNOWN_SCHEMES, NameRefused, check_url
 from resources.secrets import redact
 from resources.tomlfile import key_line, load_toml
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 class UvError(LockstepError):
@@ -94,7 +95,7 @@ class UvLock(Model):
     def read(cls, path: Path, text: str | bytes | None = None) -> UvLock:
         """Parse a uv.lock (its bytes or text; read from `path` when not given). Every git source is
         checked here, so a bad one is refused with its line before anything relies on it."""
-        raw = path.read_bytes() if text is None else text
+        raw = read_bytes(path) if text is None else text
         text = decode_utf8(raw, path) if isinstance(raw, bytes) else raw
         data = load_toml(path, text)
         if "version" not in data:

@@ -22,7 +22,8 @@ ConnectError NOT_FOUND ("Job /u/x not found", exit 1); OOM on the Kubernetes bac
 ``root/iris/config.json``. Jobs and the worker that runs them: sandbox/fake_iris_jobs.py. Faults
 (`queue_fault`, consumed one per submitted job): ok, fail, hang, vanish, unschedulable, oom, pending
 (stays pending with a reason), leak (the job prints its DOCKER_TOKEN into its log), replace (another
-submission of the same name replaces the job right after it ends). ``too_old`` in the config makes
+submission of the same name replaces the job right after it ends), push_fail (a kaniko job's script runs
+and writes its login, then its executor fails the push). ``too_old`` in the config makes
 the controller refuse the client, as a controller 14+ days newer would.
 """
 

@@ -4,7 +4,9 @@ A job lives in ``home/jobs/<user>/<name>/``: ``state.json`` (env recorded by NAM
 bundle, as iris makes it: ``git ls-files --cached --others --exclude-standard`` of the submit dir),
 ``log`` (what the job printed, as the real iris keeps it: NOT masked — the real cluster does not know
 what a secret is, which is why lockstep scans finished logs), ``worker.log`` (what the fake did), and
-``root/`` (the task's own filesystem for the paths the kaniko script uses: /tmp, /kaniko).
+``root/`` (the task's own filesystem for the paths the kaniko script uses: /tmp, /kaniko), ``home/``
+and ``rootfs/``. Those three are the task's container: removed as the job ends, finished, failed or
+killed (`drop_task_roots`), so the push login kaniko read does not outlive the job.
 
 A kaniko build job (the runbook's ``echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash
 /tmp/build.sh``) really runs the decoded script with bash, ``set -x`` and ``${VAR:?}`` guards and all,
@@ -12,6 +14,7 @@ on this machine. What the task image (ubuntu:22.04) would provide is stood in fo
 ``curl``, ``install`` and ``crane`` are no-op shims, ``tar`` extracts nothing from a fake crane export,
 and ``/kaniko/executor`` is sandbox/fake_kaniko.py. The one change made to the script is that its
 literal ``/tmp`` and ``/kaniko`` paths point into the job's ``root/``: two builds at once must not share them.
+Those paths are quoted for where they stand (sandbox/shell_place.py): the sandbox directory's name is data.
 """
 
 from __future__ import annotations
@@ -33,15 +36,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sandbox.shell_place import ShellPlaceError, replace_paths
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = frozenset({"succeeded", "failed", "killed", "worker_failed", "unschedulable"})
-FAULTS = ("ok", "fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace")
+FAULTS = ("ok", "fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace", "push_fail")
 JOB_ENV = "_FAKE_IRIS_JOB_ENV"  # how `job run` hands the -e values to its worker without a file
 PULL_ENV = "_FAKE_IRIS_PULL_ENV"  # and the cluster's registry login, for pulling the task image only
 # The only variables a job inherits from whoever submitted it; everything else comes from -e,
 # as on a real cluster (and the submitter's own tokens stay out of the job).
 INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*\Z")  # \Z: `$` also matches before a final newline
 _DECODE_AND_EXEC = re.compile(r'echo "\$BUILD_B64" \| base64 -d > (\S+) && exec bash \1')
 
 # What the ubuntu:22.04 task image provides, as far as the kaniko script uses it.
@@ -126,8 +131,9 @@ def observe(jd: Path) -> dict[str, Any] | None:
     """The job's state as the controller reports it: a worker that died mid-job is WORKER_FAILED."""
     state = read_state(jd)
     if state and state["state"] not in TERMINAL and state["worker_pgid"] and not worker_alive(state["worker_pgid"]):
-        transition(jd, state="worker_failed", finished_at_ms=now_ms(),
-                   error="the worker process died without reporting (see worker.log)")  # fmt: skip
+        if transition(jd, state="worker_failed", finished_at_ms=now_ms(),
+                      error="the worker process died without reporting (see worker.log)"):  # fmt: skip
+            drop_task_roots(jd)
         state = read_state(jd)
     return state
 
@@ -152,6 +158,7 @@ def terminate(home: Path, job_id: str, *, how: str) -> bool | None:
                 os.killpg(state["worker_pgid"], signal.SIGKILL)
         state.update(state="killed", error=f"terminated by user ({how})", finished_at_ms=now_ms())
         write_json(jd / "state.json", state)
+        drop_task_roots(jd)
     return True
 
 
@@ -302,9 +309,24 @@ def _task_root(jd: Path, config: dict[str, Any]) -> Path:
     return root
 
 
+_TASK_PATHS = re.compile(r"(?<![\w./-])/(kaniko|tmp)(?=[/\s\"']|$)", flags=re.M)
+
+
 def _in_task_root(script: str, root: Path) -> str:
-    """The script with its literal /tmp and /kaniko paths moved into the job's own root (one pass)."""
-    return re.sub(r"(?<![\w./-])/(kaniko|tmp)(?=[/\s\"']|$)", lambda m: str(root / m.group(1)), script, flags=re.M)
+    """The script with its literal /tmp and /kaniko paths moved into the job's own root (one pass).
+
+    The root is under the sandbox directory, whose name may hold shell syntax: each path is quoted
+    for where it stands (sandbox/shell_place.py), so the name stays data.
+    """
+    return replace_paths(script, _TASK_PATHS, lambda m: str(root / m.group(1)))
+
+
+def drop_task_roots(jd: Path) -> None:
+    """Remove what the task had on its own disk: /tmp and /kaniko (the push login in
+    .docker/config.json), its HOME and the task image's unpacked root. A real job's container is
+    gone when it ends, and its secrets with it; the job's record (state.json, log) stays."""
+    for part in ("root", "home", "rootfs"):
+        shutil.rmtree(jd / part, ignore_errors=True)
 
 
 def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
@@ -324,6 +346,7 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
 
     def finish(name: str, exit_code: int | None = None, error: str | None = None, **more: Any) -> int:
         transition(jd, state=name, exit_code=exit_code, error=error, finished_at_ms=now_ms(), **more)
+        drop_task_roots(jd)
         print(f"{job_id}: {name} (exit {exit_code}) {error or ''}", flush=True)
         if fault == "replace":  # someone submits a job of the same name soon after this one ends
             time.sleep(max(delay, 0.5))
@@ -378,13 +401,24 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
     decoded = len(command) == 3 and command[:2] == ["bash", "-lc"] and _DECODE_AND_EXEC.fullmatch(command[2])
     if decoded and "BUILD_B64" in env:
         root = _task_root(jd, config)
+        if fault == "push_fail":  # the script runs, writes its login, and kaniko's push is refused
+            (root / "kaniko" / "executor").write_text(
+                "#!/bin/sh\necho 'error pushing image: UNAUTHORIZED (fault injected)' >&2\nexit 1\n")
         try:
             script = base64.b64decode(env["BUILD_B64"], validate=True).decode("utf-8", "replace")
         except (binascii.Error, ValueError):
             with open(log, "a") as out:
                 out.write("base64: invalid input\n")
             return finish("failed", 1, "Exit code 1")
-        (root / "tmp" / "build.sh").write_text(_in_task_root(script, root), encoding="utf-8")
+        try:
+            if ":" in str(root):  # PATH cannot name a directory whose path holds its separator
+                raise ShellPlaceError(f"{root} holds ':', so its shims cannot be put on PATH")
+            placed = _in_task_root(script, root)
+        except ShellPlaceError as exc:
+            with open(log, "a") as out:
+                out.write(f"sandbox iris: cannot run the script in this job's root: {exc}\n")
+            return finish("failed", 1, f"sandbox iris: {exc}")
+        (root / "tmp" / "build.sh").write_text(placed, encoding="utf-8")
         extra["PATH"] = f"{root / 'shims'}:{base.get('PATH', os.defpath)}"
         command = ["bash", str(root / "tmp" / "build.sh")]
         cwd = jd / "app"

@@ -11,6 +11,7 @@ FetchContent_Populate and `$ENV{X_SRC_DIR}` overrides.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -634,7 +635,9 @@ class Gate(BaseModel):
 
 def fetch_deps_sh(gates: list[Gate], rev: str) -> str:
     width = max(len(g.name) for g in gates)
-    table = "".join(f"gate {g.name.ljust(width)} {g.repository} {g.tag}\n" for g in gates)
+    # Quoted: a repository URL may carry the sandbox directory's name (shlex.quote leaves a plain one as is).
+    table = "".join(f"gate {shlex.quote(g.name).ljust(width)} {shlex.quote(g.repository)} {shlex.quote(g.tag)}\n"
+                    for g in gates)
     return f"""#!/usr/bin/env bash
 # fetch-deps.sh: clone every vLLM build sub-dependency at the pin the vLLM tree itself declares.
 #

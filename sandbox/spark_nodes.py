@@ -57,12 +57,12 @@ def _docker_wrapper(node: Path, bases: list[str]) -> str:
         f"# docker on sandbox DGX Spark node {node.name}: Debian's docker.io client against this node's own\n"
         "# engine (sandbox/engines.py; its state in engine/). The first command starts the engine.\n"
         "# Written by `lockstep sandbox up`; works from any directory.\n"
-        f"DOCKER_HOST=unix://{engine.socket}; export DOCKER_HOST\n"
+        f"DOCKER_HOST={shlex.quote(f'unix://{engine.socket}')}; export DOCKER_HOST\n"  # the sandbox dir may hold shell syntax
         "DOCKER_BUILDKIT=1; export DOCKER_BUILDKIT\n"
         f"if ! {{ [ -S {sock} ] && pid=$(cat {pidfile} 2>/dev/null) && kill -0 \"$pid\" 2>/dev/null; }}; then\n"
         f"  PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {ensure} || exit 125\n"
         "fi\n"
-        f"exec {DOCKER} \"$@\"\n"
+        f"exec {shlex.quote(str(DOCKER))} \"$@\"\n"
     )
 
 

@@ -23,8 +23,9 @@ from resources.errors import LockstepError
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
+from sensors.tick_resources import tick_budget
 from tpu_assets.history import log_state, move_materialization
-from tpu_assets.promotion import floating_tag_lock_name
+from tpu_assets.promotion import floating_tag_lock_name, served
 from tpu_assets.tag_lock import TagLockTimeout, floating_tag_lock
 from tpu_assets.tag_log import WATCH_NAME, unrecorded_moves
 
@@ -43,31 +44,40 @@ def build_floating_tag_watch(*, minimum_interval_seconds: int = 30) -> dg.Sensor
         ),
     )
     def floating_tag_watch(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SkipReason:
-        try:
-            cfg = site.config()
-            repository, tag = ImageRef.parse(cfg.tpu.image).repository, cfg.tpu.floating_tag
-            found = registry.resolve(repository=repository, reference=tag)
-        except LockstepError as exc:
-            return dg.SkipReason(f"cannot read the floating tag: {exc} (nothing recorded)")
-        state = log_state(context.instance)
-        if found == state.current:
-            return dg.SkipReason(f":{tag} still at {found or 'nothing'}, as the promotion log says")
-        try:
-            # Try once: a writer holding the lock is mid-move and records its own result.
-            with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=0, holder=WATCH_NAME):
-                # Read both again under the lock: the run that held it may have just recorded this very state.
-                found = registry.resolve(repository=repository, reference=tag)
-                moves = unrecorded_moves(log_state(context.instance), found, recorder=WATCH_NAME)
-                for move in moves:
-                    context.instance.report_runless_asset_event(move_materialization(cfg, move))
-        except TagLockTimeout:
-            return dg.SkipReason(f":{tag} is at {found or 'nothing'} and a lockstep move of it is in progress "
-                                 "(the floating-tag lock is held): nothing recorded, the next tick looks again")
-        except LockstepError as exc:
-            return dg.SkipReason(f"cannot read the floating tag: {exc} (nothing recorded)")
-        if not moves:
-            return dg.SkipReason(f":{tag} at {found or 'nothing'}: recorded meanwhile by the writer that moved it")
-        said = "; ".join(f"{m.action} {m.from_digest or 'nothing'} -> {m.to_digest or 'nothing'}" for m in moves)
-        return dg.SkipReason(f"recorded in tpu/floating_tag: {said}")
+        with tick_budget(site):
+            return _tick(context, site, registry)
 
     return floating_tag_watch
+
+
+def _tick(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SkipReason:
+    """One tick of floating_tag_watch, inside its budget."""
+    try:
+        cfg = site.config()
+        repository, tag = ImageRef.parse(cfg.tpu.image).repository, cfg.tpu.floating_tag
+        found = registry.resolve(repository=repository, reference=tag)
+    except LockstepError as exc:
+        return dg.SkipReason(f"cannot read the floating tag: {exc} (nothing recorded)")
+    state = log_state(context.instance)
+    if found == state.current:
+        return dg.SkipReason(f":{tag} still at {found or 'nothing'}, as the promotion log says")
+    try:
+        # Try once: a writer holding the lock is mid-move and records its own result.
+        with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=0, holder=WATCH_NAME):
+            # Read both again under the lock: the run that held it may have just recorded this very state.
+            found = registry.resolve(repository=repository, reference=tag)
+            state = log_state(context.instance)
+            if found != state.current:  # about to record it: only a digest the registry serves
+                served(registry, repository=repository, tag=tag, digest=found)
+            moves = unrecorded_moves(state, found, recorder=WATCH_NAME)
+            for move in moves:
+                context.instance.report_runless_asset_event(move_materialization(cfg, move))
+    except TagLockTimeout:
+        return dg.SkipReason(f":{tag} is at {found or 'nothing'} and a lockstep move of it is in progress "
+                             "(the floating-tag lock is held): nothing recorded, the next tick looks again")
+    except LockstepError as exc:
+        return dg.SkipReason(f"cannot read the floating tag: {exc} (nothing recorded)")
+    if not moves:
+        return dg.SkipReason(f":{tag} at {found or 'nothing'}: recorded meanwhile by the writer that moved it")
+    said = "; ".join(f"{m.action} {m.from_digest or 'nothing'} -> {m.to_digest or 'nothing'}" for m in moves)
+    return dg.SkipReason(f"recorded in tpu/floating_tag: {said}")

@@ -10,7 +10,7 @@ from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.secrets import redact
 from resources.site import SiteResource
-from sensors.tick_resources import for_ticks
+from sensors.tick_resources import for_ticks, tick_budget
 from tpu_assets.harbor_hold import read_hold
 
 HARBOR_COMMIT_TAG = "lockstep/harbor_commit"
@@ -29,21 +29,7 @@ def build_harbor_branch_sensor(
     """The sensor over the location's `site` and `git` resource objects (sensors/tick_resources.py)."""
     site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
 
-    @dg.sensor(
-        name="harbor_branch_sensor",
-        job_name=job_name,
-        minimum_interval_seconds=minimum_interval_seconds,
-        default_status=default_sensor_status(),
-        description=(
-            "Watches the harbor fork branch with one `git ls-remote` per tick. A new tip is recorded "
-            f"as an observation of {observed.to_user_string()} and requests `{job_name}` with run key "
-            "`harbor:<sha>`, so each commit is re-locked once. Unchanged: a skip reason naming the sha. "
-            f"While a runtime rollback holds harbor ({lock_key.to_user_string()} metadata `harbor_hold`), new tips "
-            "are recorded and nothing is requested: `release_harbor_hold` re-locks to the tip. Reads the "
-            "location's `site` and `git` resources as configured (a tick initializes no resource)."
-        ),
-    )
-    def harbor_branch_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         try:
             tpu = site_res.config().tpu
         except LockstepError as exc:
@@ -82,5 +68,23 @@ def build_harbor_branch_sensor(
             cursor=tip,
             asset_events=seen,
         )
+
+    @dg.sensor(
+        name="harbor_branch_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_sensor_status(),
+        description=(
+            "Watches the harbor fork branch with one `git ls-remote` per tick. A new tip is recorded "
+            f"as an observation of {observed.to_user_string()} and requests `{job_name}` with run key "
+            "`harbor:<sha>`, so each commit is re-locked once. Unchanged: a skip reason naming the sha. "
+            f"While a runtime rollback holds harbor ({lock_key.to_user_string()} metadata `harbor_hold`), new tips "
+            "are recorded and nothing is requested: `release_harbor_hold` re-locks to the tip. Reads the "
+            "location's `site` and `git` resources as configured (a tick initializes no resource)."
+        ),
+    )
+    def harbor_branch_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        with tick_budget(site_res):
+            return _tick(context)
 
     return harbor_branch_sensor

@@ -8,7 +8,7 @@ from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
-from sensors.tick_resources import for_ticks
+from sensors.tick_resources import for_ticks, tick_budget
 
 
 def build_lab_rev_sensor(
@@ -17,20 +17,7 @@ def build_lab_rev_sensor(
     """The sensor over the location's `site` and `git` resource objects (sensors/tick_resources.py)."""
     site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
 
-    @dg.sensor(
-        name="lab_rev_sensor",
-        job_name=job_name,
-        minimum_interval_seconds=30,
-        default_status=default_sensor_status(),
-        description=(
-            "Watches the lab's branch with one `git ls-remote` per tick; when it moved, a shallow fetch lists "
-            "the source locks. A new rev adds a `lab_revs` partition; each lock that is new or changed since the "
-            "last lab commit seen requests "
-            f"`{job_name}` with run key `<rev>:<lock blob sha>`, so a lock is adopted exactly once. Reads the "
-            "location's `site` and `git` resources as configured (a tick initializes no resource)."
-        ),
-    )
-    def lab_rev_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         try:
             jovian = site_res.config().jovian
         except LockstepError as exc:
@@ -68,5 +55,22 @@ def build_lab_rev_sensor(
             dynamic_partitions_requests=[partitions_def.build_add_request(new_revs)] if new_revs else [],
             cursor=tip,
         )
+
+    @dg.sensor(
+        name="lab_rev_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=30,
+        default_status=default_sensor_status(),
+        description=(
+            "Watches the lab's branch with one `git ls-remote` per tick; when it moved, a shallow fetch lists "
+            "the source locks. A new rev adds a `lab_revs` partition; each lock that is new or changed since the "
+            "last lab commit seen requests "
+            f"`{job_name}` with run key `<rev>:<lock blob sha>`, so a lock is adopted exactly once. Reads the "
+            "location's `site` and `git` resources as configured (a tick initializes no resource)."
+        ),
+    )
+    def lab_rev_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        with tick_budget(site_res):
+            return _tick(context)
 
     return lab_rev_sensor

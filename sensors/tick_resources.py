@@ -10,9 +10,15 @@ for every run), and declare none.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TypeVar
 
 import dagster as dg
+
+from resources.deadline import Budget, budget
+from resources.errors import LockstepError
+from resources.site import SiteResource
+from resources.site_timeouts import TimeoutsSection
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
 
@@ -32,3 +38,18 @@ def for_ticks(resource: object, kind: type[R], *, key: str) -> R:
             "init resolves: a sensor tick cannot use it as configured"
         )
     return resource
+
+
+TICK_BUDGET = "the sensor tick's budget ([timeouts] sensor_tick_s)"
+
+
+def tick_budget(site: SiteResource) -> contextlib.AbstractContextManager[Budget]:
+    """Every git and registry call inside ends within the site's [timeouts] sensor_tick_s of now, well inside
+    Dagster's 60 s sensor limit: past it a call fails naming its remote, and the tick skips saying so
+    instead of being killed with nothing said. A site that does not load gets the default budget (the
+    tick then skips for that reason anyway)."""
+    try:
+        seconds = site.config().timeouts.sensor_tick_s
+    except LockstepError:
+        seconds = TimeoutsSection().sensor_tick_s
+    return budget(seconds, TICK_BUDGET)

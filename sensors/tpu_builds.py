@@ -8,7 +8,7 @@ from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
-from sensors.tick_resources import for_ticks
+from sensors.tick_resources import for_ticks, tick_budget
 from tpu_assets.history import VERIFIED_IMAGE, tag_history
 from tpu_assets.rebuild_policy import rebuild_reason
 from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
@@ -21,20 +21,7 @@ def build_consumer_rebuild_sensor(
     """The sensor over the location's `site` and `git` resource objects (sensors/tick_resources.py)."""
     site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
 
-    @dg.sensor(
-        name="consumer_rebuild_sensor",
-        job_name=job_name,
-        minimum_interval_seconds=30,
-        default_status=default_sensor_status(),
-        description=(
-            "Watches the consumer branch (one ls-remote per tick). When the Dockerfile outside the "
-            "HARBOR_COMMIT line or the build script changed, adds the commit as a tpu_builds partition "
-            "and requests a build. A lock-only move is NOT a rebuild (the lock ships harbor to workers) "
-            "unless the site sets rebuild_on_lock_change. The very first tick builds once if nothing was ever built. "
-            "Reads the location's `site` and `git` resources as configured (a tick initializes no resource)."
-        ),
-    )
-    def consumer_rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         try:
             tpu = site_res.config().tpu
             tip = git_res.ls_remote(url=tpu.consumer_repo, branch=tpu.consumer_branch)
@@ -66,6 +53,23 @@ def build_consumer_rebuild_sensor(
             dynamic_partitions_requests=[partitions_def.build_add_request([tip])],
             cursor=tip,
         )
+
+    @dg.sensor(
+        name="consumer_rebuild_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=30,
+        default_status=default_sensor_status(),
+        description=(
+            "Watches the consumer branch (one ls-remote per tick). When the Dockerfile outside the "
+            "HARBOR_COMMIT line or the build script changed, adds the commit as a tpu_builds partition "
+            "and requests a build. A lock-only move is NOT a rebuild (the lock ships harbor to workers) "
+            "unless the site sets rebuild_on_lock_change. The very first tick builds once if nothing was ever built. "
+            "Reads the location's `site` and `git` resources as configured (a tick initializes no resource)."
+        ),
+    )
+    def consumer_rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        with tick_budget(site_res):
+            return _tick(context)
 
     return consumer_rebuild_sensor
 

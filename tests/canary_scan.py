@@ -27,6 +27,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -83,6 +84,10 @@ class ScanReport:
     git_objects: int = 0
     excluded: list[Path] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    # Every directory walked, and when the walk began: a test proves the scan covered a place (e.g. a
+    # finished job's directory) and came after something ended, so a scan cannot pass by not looking.
+    walked: set[Path] = field(default_factory=set)
+    started_ms: int = 0
 
     def by_canary(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -203,7 +208,7 @@ def scan(canaries: Iterable[Canary], roots: Iterable[Path],
     not write, such as a simulated cluster's own record of a job's output.
     """
     matcher = _Matcher(canaries)
-    report = ScanReport()
+    report = ScanReport(started_ms=int(time.time() * 1000))
     seen: set[Path] = set()
     for root in roots:
         root = Path(root).resolve()
@@ -214,6 +219,7 @@ def scan(canaries: Iterable[Canary], roots: Iterable[Path],
             _scan_file(root, matcher, report, exclude)
         for top, dirs, files in os.walk(root):
             here = Path(top)
+            report.walked.add(here)
             if _is_git_dir(here):
                 _scan_git(here, matcher, report)
                 dirs[:] = [d for d in dirs if d != "objects"]  # its objects were read whole, inflated

@@ -107,7 +107,9 @@ def remote_head(bare: Path, branch: str = CONSUMER_BRANCH) -> str:
 
 
 def remote_file(bare: Path, path: str, ref: str = CONSUMER_BRANCH) -> str:
-    return git.Repo(bare).git.show(f"{ref}:{path}")
+    # The file as git stores it: GitPython strips the last newline by default, and a lock republished
+    # without it reads as cut short (jovian_assets/source_lock.py).
+    return git.Repo(bare).git.show(f"{ref}:{path}", strip_newline_in_stdout=False)
 
 
 def commit_count(bare: Path, branch: str = CONSUMER_BRANCH) -> int:

@@ -7,6 +7,8 @@ it saw (method, path, headers, status). Faults are queued per request pattern an
 - ``Fault.reset(after=N)``: forward, send N bytes of the body, then reset the connection (RST);
 - ``Fault.truncate(after=N)``: forward, but claim and send only N bytes (a lying cache or proxy);
 - ``Fault.ignore_range()``: forward without the request's Range header (the answer is a full 200).
+- ``Fault.head_digest("sha256:...")``: answer a HEAD with 200 and that ``Docker-Content-Digest``,
+  without asking the registry (a registry, proxy or cache that names a digest it may not hold).
 
 With ``auth=True`` it also plays ghcr's bearer auth itself: a request without a token good for it
 gets ``401 WWW-Authenticate: Bearer realm="http://127.0.0.1:<port>/token",service=..,scope=..``;
@@ -42,7 +44,7 @@ _REPO_PATH = re.compile(r"^/v2/(?P<name>.+?)/(?:manifests|blobs|tags)/")
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # status | reset | truncate | ignore_range
+    kind: str  # status | reset | truncate | ignore_range | head_digest
     status: int = 0
     headers: tuple[tuple[str, str], ...] = ()
     after: int = 0
@@ -62,6 +64,10 @@ class Fault:
     @classmethod
     def ignore_range(cls) -> Fault:
         return cls("ignore_range")
+
+    @classmethod
+    def head_digest(cls, digest: str) -> Fault:
+        return cls("head_digest", headers=(("Docker-Content-Digest", digest),))
 
 
 @dataclass
@@ -215,6 +221,8 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(path)
             if fault is not None and fault.kind == "status":
                 return self.send(fault.status, _error("UNAVAILABLE", "injected fault"), dict(fault.headers))
+            if fault is not None and fault.kind == "head_digest" and self.command == "HEAD":
+                return self.send(200, b"", dict(fault.headers))
             if proxy.auth and url.path == "/token":
                 return self.token(url.query)
             if proxy.auth and (refused := self.check_auth(url.path)) is not None:

@@ -78,9 +78,10 @@ WRONG_REGISTRY_TOKEN = f"{REGISTRY_TOKEN_ENV} (wrong)"
 WRONG_PASSPHRASE = f"{PASSPHRASE_ENV} (wrong)"
 EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
               "jovian/image", "jovian/distributed_image", "jovian/lane_serving", "jovian/lane", "jovian/bench_report"}
-# The cluster's own record of a job: its log and the task's filesystem, in jobs/<user>/<name>/,
-# archive/<user>/<name>.<ms>/ or vanished/<name>.<ms>/ (sandbox/fake_iris_jobs.py).
-_CLUSTER_SIDE = re.compile(r"/iris/(?:(?:jobs|archive)/[^/]+|vanished)/[^/]+/(?:log|root/.+)$")
+# The cluster's own record of a job: its log, in jobs/<user>/<name>/, archive/<user>/<name>.<ms>/ or
+# vanished/<name>.<ms>/ (sandbox/fake_iris_jobs.py). The task's own filesystem (root/, with the push
+# login kaniko read) is not left out: it must be gone once the job ends, as a real container is.
+_CLUSTER_SIDE = re.compile(r"/iris/(?:(?:jobs|archive)/[^/]+|vanished)/[^/]+/log$")
 
 
 def canary_value(env: str) -> str:
@@ -155,6 +156,8 @@ def _tpu_flows(p: Pipeline, out: dict[str, dg.ExecuteInProcessResult], wrong_tok
     b1 = p.relock()
     queue_fault(p.sb.iris_home, "fail")
     out["failed build"] = p.build(b1)
+    queue_fault(p.sb.iris_home, "push_fail")  # the script runs and writes its login; the push fails
+    out["push refused"] = p.build(b1)
     out["build 1"] = p.build(b1)
     out["promote 1"] = p.tag("promote")
     advance_harbor(p.sb.root)
@@ -223,6 +226,7 @@ def report(world: World) -> ScanReport:
 def test_every_flow_ran_and_used_every_secret(world: World) -> None:
     o = world.outcomes
     assert not o["failed build"].success and "ended failed" in failure_message(o["failed build"])
+    assert not o["push refused"].success and "ended failed" in failure_message(o["push refused"])
     leak = failure_message(o["leaking build"])
     assert not o["leaking build"].success and f"contains the value of ${SANDBOX_TOKEN_ENV}" in leak
     for step in ("build 1", "promote 1", "build 2", "promote 2", "rollback", "jovian"):
@@ -265,8 +269,30 @@ def test_the_cluster_side_record_shows_the_leak_lockstep_masked(world: World, re
     assert set(where) == {SANDBOX_TOKEN_ENV}, where  # only the push token went to the cluster
     logs = [w for w in where[SANDBOX_TOKEN_ENV] if w.startswith("file ") and "/log [" in w and "[raw]" in w]
     assert len(logs) == 1 and "tpu-kaniko-" in logs[0]  # the leaking build's log, raw
-    logins = [w for w in where[SANDBOX_TOKEN_ENV] if "config.json" in w]
-    assert logins and all(f"base64 of {PUSH_USER}:value" in w for w in logins)  # the docker login kaniko used
+    assert len(where[SANDBOX_TOKEN_ENV]) == 1, where  # and nothing else: no docker login outlived its job
+
+
+def _kaniko_jobs(world: World) -> list[tuple[Path, dict]]:
+    """Every kaniko job the sandbox iris ran (current and archived records), with its state."""
+    home = world.sb.iris_home
+    states = [*home.glob("jobs/*/*/state.json"), *home.glob("archive/*/*/state.json")]
+    return [(path.parent, s) for path in states if (s := json.loads(path.read_text()))["kind"] == "kaniko"]
+
+
+def test_the_scan_covered_the_job_area_after_finished_and_failed_kaniko_jobs(world: World, report: ScanReport) -> None:
+    """No secret outlives its job: a finished and a failed kaniko job (whose script wrote the push login)
+    left only their record, and the scan above walked those very dirs after they had ended."""
+    jobs = _kaniko_jobs(world)
+    finished = [(jd, s) for jd, s in jobs if s["state"] == "succeeded"]
+    failed = [(jd, s) for jd, s in jobs if s["state"] == "failed" and s["fault"] == "push_fail"]
+    assert len(finished) >= 2 and len(failed) == 1, [(jd.name, s["state"], s["fault"]) for jd, s in jobs]
+    for jd, state in finished + failed:
+        assert jd.resolve() in report.walked, jd  # the scan looked there...
+        assert report.started_ms >= state["finished_at_ms"], jd  # ...after the job had ended
+        assert sorted(p.name for p in jd.iterdir() if p.is_dir()) == ["app"], jd  # no root/, home/, rootfs/
+    assert not [p for p in world.sb.iris_home.rglob("config.json") if p.parent.name == ".docker"]
+    (failed_dir, _), = failed
+    assert "UNAUTHORIZED (fault injected)" in (failed_dir / "log").read_text()  # it got as far as the push
 
 
 def test_a_planted_canary_is_found_in_a_row_a_dangling_blob_and_a_file(world: World) -> None:

@@ -56,6 +56,12 @@ COMMANDS = {
 }
 
 
+# The argument each refusal must name (click's "Invalid value for <it>"): where the value came from.
+ARGUMENT = {"image digest": "REF", "image cat ref": "REF", "image cat path": "PATH", "image probes": "REF",
+            "rollback --build": "--build", "rollback --must-contain": "--must-contain", "changelog FROM": "FROM",
+            "changelog TO": "TO", "changelog --must-contain": "--must-contain", "reject": "BUILD", "release": "BUILD"}
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_hostile_arguments_are_refused_before_anything_is_read(command: str, outside_calls: list[str]) -> None:
     refused = 0
@@ -68,6 +74,7 @@ def test_hostile_arguments_are_refused_before_anything_is_read(command: str, out
         assert result.exit_code != 0, (value, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit), (value, result.exception)
         assert "Error" in result.output, (value, result.output)
+        assert f"Invalid value for {ARGUMENT[command]}" in result.output, (value, result.output)
         refused += 1
     assert outside_calls == []
     assert not any(m.exists() for m in MARKERS)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from resources.errors import LockstepError
+from resources.reader import read_bytes, read_text
 from resources.git import GitRemotes
 from resources.iris import IrisCli, IrisError, JobLog, JobSpec, JobState, JobSummary, Submission
 from resources.kaniko import KanikoSettings, kaniko_job
@@ -49,9 +50,9 @@ def gitsha_for(git: GitRemotes, site: SiteConfig, commit: str) -> str:
 def pins_at(checkout: Path, site: SiteConfig) -> tuple[HarborPin, str]:
     """The lock's harbor pin (runtime gate) and the Dockerfile's HARBOR_COMMIT (the bake) in a checkout."""
     tpu = site.tpu
-    lock = UvLock.read(Path("uv.lock"), (checkout / "uv.lock").read_bytes())
+    lock = UvLock.read(Path("uv.lock"), read_bytes(checkout / "uv.lock", "uv.lock"))
     pkg, src = lock.git_package(tpu.harbor_package)
-    dockerfile = (checkout / tpu.dockerfile).read_text(encoding="utf-8")
+    dockerfile = read_text(checkout / tpu.dockerfile, tpu.dockerfile)
     return HarborPin(commit=src.commit, version=pkg.version), find_pin(dockerfile, tpu.dockerfile, pin_variable(tpu.harbor_package)).commit
 
 

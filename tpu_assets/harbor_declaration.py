@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from resources.errors import FileFormatError, decode_utf8
+from resources.errors import FileFormatError
+from resources.reader import read_text
 from resources.model import Model
 from resources.secrets import redact
 from resources.tomlfile import key_line
@@ -214,6 +215,6 @@ def _set_source_ref(text: str, package: str, key: str, ref: str) -> str:
 
 def read_pyproject(path: Path) -> str:
     """The checkout's pyproject.toml as text; a missing file is refused naming it."""
-    if not path.is_file():
+    if not path.exists():  # a directory or FIFO there is refused by the reader, naming what it is
         raise FileFormatError(PYPROJECT, None, "the consumer repo has no pyproject.toml: uv.lock is made from it")
-    return decode_utf8(path.read_bytes(), PYPROJECT)
+    return read_text(path, PYPROJECT)

@@ -13,7 +13,7 @@ import dagster as dg
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.registry import ImageRef, Registry, RegistryError
+from resources.registry import ImageRef, Registry, RegistryError, digest_of
 from resources.site import SiteConfig
 from tpu_assets.history import tag_history, verified_history
 from tpu_assets.rollback import (
@@ -44,6 +44,41 @@ class AlreadyThere(PromotionRefused):
 
 class TagStateUnknown(LockstepError):
     """The registry could not be read right after a write: whether the tag moved is not known."""
+
+
+class PhantomDigest(LockstepError):
+    """The registry says a tag is at a digest whose manifest it cannot serve: nothing is recorded."""
+
+
+def served(registry: Registry, *, repository: str, tag: str, digest: str | None) -> str | None:
+    """`digest` (where the registry's HEAD says `tag` is) once the registry serves that manifest: a
+    GET by digest whose bytes hash to it. A move is recorded only to such a digest: a HEAD is only a
+    header, and a registry (or a proxy, or a cache) that names a digest it does not hold would
+    otherwise put a move to nothing into the log, and make that nothing a rollback target.
+    None (no tag) passes as None. A registry that cannot be read raises its own RegistryError.
+    """
+    if digest is None:
+        return None
+    try:
+        stored = registry.stored(repository=repository, reference=digest)
+        why = "it has no manifest by that digest" if stored is None else (
+            "" if digest_of(stored.raw) == digest else f"the manifest it serves hashes to {digest_of(stored.raw)}")
+    except RegistryError as exc:
+        if "hash to" not in str(exc):  # unreachable, refused...: not an answer about the digest
+            raise
+        why = str(exc)
+    if why:
+        raise PhantomDigest(
+            f"the registry says :{tag} of {repository} is at {digest}, but {why}: a tag cannot point at a manifest "
+            "the registry does not hold, so the registry (or a proxy or cache in front of it) is lying or "
+            f"broken. Nothing was recorded; check with `lockstep image digest` and `crane manifest {repository}@{digest}`"
+        )
+    return digest
+
+
+def resolve_served(registry: Registry, *, repository: str, tag: str) -> str | None:
+    """Where `tag` is, as `served` vouches for it (None: no such tag)."""
+    return served(registry, repository=repository, tag=tag, digest=registry.resolve(repository=repository, reference=tag))
 
 
 def floating_tag_lock_name(site: SiteConfig) -> str:
@@ -139,7 +174,8 @@ def put_and_reread(registry: Registry, *, repository: str, tag: str, target: str
             "unknown, so nothing was recorded. The intent is logged: floating_tag_watch records the move once "
             "the registry answers and shows it; check `lockstep image digest` before running again"
         ) from None
-    return TagWrite(target=target, after=after, put_error=error)
+    # After the PUT and the re-read: a phantom is refused here, with the run's intent still logged.
+    return TagWrite(target=target, after=served(registry, repository=repository, tag=tag, digest=after), put_error=error)
 
 
 def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Iterable[VerifiedBuild] | VerifiedRecords,

@@ -36,6 +36,7 @@ from tpu_assets.promotion import (
     decide_move,
     floating_tag_lock_name,
     put_and_reread,
+    resolve_served,
 )
 from tpu_assets.rejection_assets import (
     now_utc,
@@ -109,7 +110,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
             context.log.warning(move.recorded)
             context.log_event(move_materialization(cfg, move))
 
-        current = registry.resolve(repository=repository, reference=tag)
+        # Only a digest the registry serves is ever recorded as where the tag is (PhantomDigest otherwise).
+        current = resolve_served(registry, repository=repository, tag=tag)
         # A promote or a release judges the newest record (where the tag is, its hold) and the newest
         # build or two; a rollback walks back a few: each reads only that to begin with.
         rolling_back = config.action == "rollback"

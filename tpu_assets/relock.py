@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from resources.errors import FileFormatError, LockstepError, decode_utf8
+from resources.atomic import write_atomic
+from resources.errors import FileFormatError, LockstepError
+from resources.reader import read_bytes, read_text
 from resources.git import GitInputRefused, GitRemotes, NamedRefs, Worktree
 from resources.names import PathEscape, under
 from resources.secrets import redact
@@ -146,7 +148,7 @@ def in_checkout(wt: Path, relative: str) -> Path:
 
 
 def _text(path: Path, shown: str) -> str:
-    return decode_utf8(path.read_bytes(), shown)
+    return read_text(path, shown)
 
 
 def read_state(wt: Path, tpu: TpuSection) -> ConsumerState:
@@ -154,7 +156,7 @@ def read_state(wt: Path, tpu: TpuSection) -> ConsumerState:
     lock_path = in_checkout(wt, "uv.lock")
     if not lock_path.exists():
         raise FileFormatError("uv.lock", None, "the consumer repo has no uv.lock: run `uv lock` there once and commit it")
-    lock = UvLock.read(Path("uv.lock"), lock_path.read_bytes())
+    lock = UvLock.read(Path("uv.lock"), read_bytes(lock_path, "uv.lock"))
     pkg, src = lock.git_package(tpu.harbor_package)
     declared = read_declaration(read_pyproject(in_checkout(wt, PYPROJECT)), tpu.harbor_package)
     docker_path = in_checkout(wt, tpu.dockerfile)
@@ -208,8 +210,7 @@ def _relock_in(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli, aut
     if after.commit == before.commit and docker_pin == after.commit:
         # uv found nothing newer than the lock (the branch tip is not ahead of the locked commit).
         return _result(tpu, wt, wt.base_sha, False, harbor_tip, before, after, state.dockerfile_line, "")
-    in_checkout(wt.path, tpu.dockerfile).write_text(
-        set_pin(state.dockerfile_text, tpu.dockerfile, variable, after.commit), encoding="utf-8")
+    write_atomic(in_checkout(wt.path, tpu.dockerfile), set_pin(state.dockerfile_text, tpu.dockerfile, variable, after.commit))
 
     # Re-read what will be committed: the two pins must agree before anything leaves this machine.
     committed = read_state(wt.path, tpu)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from resources.atomic import write_atomic
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, NamedRefs, Worktree
 from resources.secrets import redact
@@ -102,8 +103,7 @@ def _lock_and_push(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli,
     commit, push fast-forward."""
     pyproject = in_checkout(wt.path, PYPROJECT)
     try:
-        pyproject.write_text(set_declared_ref(pyproject.read_text(encoding="utf-8"), tpu.harbor_package, **ref),
-                             encoding="utf-8")
+        write_atomic(pyproject, set_declared_ref(pyproject.read_text(encoding="utf-8"), tpu.harbor_package, **ref))
         uv.lock_upgrade(project_dir=wt.path, package=tpu.harbor_package)
         new = read_state(wt.path, tpu)
         if refs is not None:
@@ -112,7 +112,7 @@ def _lock_and_push(wt: Worktree, *, tpu: TpuSection, git: GitRemotes, uv: UvCli,
             raise _refused(tpu, wt, f"uv locked {tpu.harbor_package} {new.pin.commit[:8]}, not the pinned {ref['rev'][:8]}")
         variable = pin_variable(tpu.harbor_package)
         docker_path = in_checkout(wt.path, tpu.dockerfile)
-        docker_path.write_text(set_pin(new.dockerfile_text, tpu.dockerfile, variable, new.pin.commit), encoding="utf-8")
+        write_atomic(docker_path, set_pin(new.dockerfile_text, tpu.dockerfile, variable, new.pin.commit))
         agree = pins_agree(in_checkout(wt.path, "uv.lock").read_text(encoding="utf-8"),
                            docker_path.read_text(encoding="utf-8"), tpu)
         if not agree.passed:

@@ -31,5 +31,5 @@ def registry_for(site: SiteConfig, *, env_vars: bool = False) -> Registry:
     token = dg.EnvVar(section.token_env) if env_vars and section.token_env else None
     return HttpRegistry(
         host=ImageRef.parse(site.tpu.image).registry, username=section.username, token_env=section.token_env,
-        token=token,
+        token=token, request_deadline_s=site.timeouts.registry_request_s, min_body_bps=site.timeouts.registry_min_bps,
     )

@@ -22,7 +22,9 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from resources.registry.base import PushCheck, Registry
+from resources.deadline import limit
 from resources.registry.cache import BlobCache, default_cache_dir
+from resources.registry.deadline import RequestDeadline, TooSlow, attach, read_all
 from resources.registry.referrers import MAX_REFERRER_PAGES, next_page, parse_referrers
 from resources.registry.refs import (
     MANIFEST_ACCEPT,
@@ -43,6 +45,7 @@ from resources.registry.transport import (
     STATUS_HINTS,
     ResumableBody,
     RetryBudget,
+    _broken,
     error_codes,
     error_detail,
     is_loopback,
@@ -84,6 +87,10 @@ class HttpRegistry(Registry):
         "$token_env when the registry asks for a login.",
     )
     timeout_s: float = Field(default=60.0, gt=0, description="Every request (and every read of a body) gives up after this.")
+    # The total deadline ([timeouts] in the site, resources/registry/deadline.py): timeout_s is per read.
+    request_deadline_s: float = Field(
+        default=120.0, gt=0, description="One request, body included, plus 1 s per min_body_bps bytes received.")
+    min_body_bps: int = Field(default=64 * 1024, gt=0, description="A body slower than this on average ends at the deadline.")
     retry_attempts: int = Field(default=5, ge=1, description="Tries of one read (HEAD/GET, token) on 429, 5xx, resets.")
     retry_budget_s: float = Field(default=120.0, gt=0, description="No retry of a read ends later than this after its first failure.")
     retry_base_s: float = Field(default=0.5, gt=0, description="First backoff step; doubles per try (full jitter).")
@@ -383,16 +390,22 @@ class HttpRegistry(Registry):
                         f"the registry kept failing ({budget.spent()}): run again later, or raise retry_budget_s"))
             return resp
 
-    def _request(self, method: str, url: str, where: str, **kwargs: Any) -> requests.Response:
+    def _request(self, method: str, url: str, where: str, *, stream: bool = False, **kwargs: Any) -> requests.Response:
+        """One request within its total deadline: the smallest of request_deadline_s and what is left of the
+        current budget (a sensor tick's). A body the caller does not stream is read here, checked against
+        the deadline between socket reads; a streamed one is checked as it is read (ResumableBody)."""
         import requests
 
+        seconds, name = limit(self.request_deadline_s, "[timeouts] registry_request_s")
+        deadline = RequestDeadline(seconds=seconds, min_bps=self.min_body_bps, name=name, host=self.host)
+        per_read, per_read_name = (self.timeout_s, "timeout_s") if self.timeout_s <= seconds else (seconds, name)
         try:
-            return self._http().request(method, url, timeout=self.timeout_s, **kwargs)
+            resp = self._http().request(method, url, timeout=per_read, stream=True, **kwargs)
         except requests.Timeout:
             # Not retried: the wait already took timeout_s; ghcr's transient failures are fast (429, 5xx, resets).
             raise RegistryError(
-                f"{method} {where}: no answer from {self.host} within {self.timeout_s:g} s: "
-                "check the registry is up, or raise timeout_s"
+                f"{method} {where}: no answer from {self.host} within {per_read:g} s: "
+                f"check the registry is up, or raise {per_read_name}"
             ) from None
         except requests.RequestException as exc:
             reason = self._redact(str(exc.__class__.__name__))
@@ -400,6 +413,16 @@ class HttpRegistry(Registry):
                 f"{method} {where}: cannot reach {self.host} ({reason}): check the host in the site "
                 "file and that the registry is running and reachable from here"
             ) from None
+        attach(resp, deadline)
+        if not stream:
+            try:
+                read_all(resp, self.timeout_s)
+            except _broken() as exc:
+                resp.close()
+                # As requests' own read of the body would: a body that broke off is unreachable (reads retry).
+                why = str(exc) if isinstance(exc, TooSlow) else f"the answer broke off ({exc.__class__.__name__})"
+                raise _Unreachable(self._redact(f"{method} {where}: {why}")) from None
+        return resp
 
     def _resumable(self, resp: requests.Response, repository: str, path: str, reference: str,
                    headers: dict[str, str]) -> ResumableBody:
@@ -412,9 +435,9 @@ class HttpRegistry(Registry):
             if again.status_code not in (200, 206):
                 with contextlib.closing(again):
                     self._expect(again, (200, 206), "GET", repository, reference)
-            return skip_to(again, offset, where)
+            return skip_to(again, offset, where, per_read_s=self.timeout_s)
 
-        return ResumableBody(resp, where, reopen, self._budget())
+        return ResumableBody(resp, where, reopen, self._budget(), per_read_s=self.timeout_s)
 
     # -- auth -------------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import BinaryIO
 
 from pydantic import Field
 
+from resources.atomic import atomic_output, write_atomic
 from resources.registry.base import PushCheck, Registry
 from resources.registry.refs import (
     CHUNK,
@@ -153,7 +153,7 @@ class LayoutRegistry(Registry):
 
     def _write_index(self, repo: Path, index: dict) -> None:
         """Atomic: readers see the old index.json or the new one, never half of one."""
-        _atomic_write(repo / "index.json", (json.dumps(index, indent=2) + "\n").encode())
+        write_atomic(repo / "index.json", (json.dumps(index, indent=2) + "\n").encode())
 
     @contextlib.contextmanager
     def _index_lock(self, repo: Path) -> Iterator[None]:
@@ -181,7 +181,7 @@ class LayoutRegistry(Registry):
         (repo / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
         marker = repo / "oci-layout"
         if not marker.exists():
-            _atomic_write(marker, b'{"imageLayoutVersion": "1.0.0"}\n')
+            write_atomic(marker, b'{"imageLayoutVersion": "1.0.0"}\n')
 
     def _write_blob(self, repo: Path, digest: str, body: BinaryIO) -> None:
         """Stream into a temp file next to the blob, check the digest, rename into place."""
@@ -192,19 +192,13 @@ class LayoutRegistry(Registry):
         path.parent.mkdir(parents=True, exist_ok=True)
         algorithm = digest.split(":", 1)[0]
         h = hashlib.new(algorithm)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                while chunk := body.read(CHUNK):
-                    h.update(chunk)
-                    out.write(chunk)
+        with atomic_output(path) as out:
+            while chunk := body.read(CHUNK):
+                h.update(chunk)
+                out.write(chunk)
             if f"{algorithm}:{h.hexdigest()}" != digest:
                 raise RegistryError(f"{repo}: the uploaded bytes hash to {algorithm}:{h.hexdigest()}, "
                                     f"not {digest}; nothing was stored")
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
 
     def _check_references(self, repo: Path, stored: RawManifest) -> None:
         """Refuse a manifest whose blobs are missing, as a registry does: no dangling images."""
@@ -228,18 +222,3 @@ def _blob_path(repo: Path, digest: str) -> Path:
     check_digest(digest)  # also keeps the path inside blobs/
     algorithm, _, hexpart = digest.partition(":")
     return repo / "blobs" / algorithm / hexpart
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-

@@ -34,9 +34,10 @@ INDEXES = frozenset({OCI_INDEX, DOCKER_LIST})
 MANIFEST_ACCEPT = ", ".join([OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST])
 
 # distribution's own grammar (reference/regexp.go), so a name is refused here, not by the server.
-_REPOSITORY_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$")
+# `\Z`, not `$`: Python's `$` also matches before a final newline, so `tpu\n` would pass as a tag.
+_REPOSITORY_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+_DIGEST_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})\Z")
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # distribution refuses larger manifests too
 MAX_CONFIG_BYTES = 64 * 1024 * 1024

@@ -19,6 +19,7 @@ from datetime import timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from resources.registry.deadline import TooSlow, read_some
 from resources.registry.refs import RegistryError
 
 if TYPE_CHECKING:
@@ -112,8 +113,10 @@ class ResumableBody(io.RawIOBase):
     """A streamed GET body that, when the connection breaks mid-body, asks `reopen` for the rest
     (a Range request) and carries on; closing it drops the connection instead of draining it."""
 
-    def __init__(self, resp: requests.Response, where: str, reopen: Reopen, budget: RetryBudget) -> None:
+    def __init__(self, resp: requests.Response, where: str, reopen: Reopen, budget: RetryBudget,
+                 *, per_read_s: float = 60.0) -> None:
         self._resp = resp
+        self._per_read_s = per_read_s
         self._where = where
         self._reopen = reopen
         self._budget = budget
@@ -126,35 +129,44 @@ class ResumableBody(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         while True:
             try:
-                n = self._resp.raw.readinto(buffer)
+                # One socket read at a time within the request's deadline (resources/registry/deadline.py).
+                data = read_some(self._resp, len(buffer), self._per_read_s)
             except _broken() as exc:
                 self._resume(exc)
                 continue
+            n = len(data)
+            buffer[:n] = data
             self.offset += n
             return n
 
     def _resume(self, exc: BaseException) -> None:
-        # The request timeout also bounds every read of the body, so a stalled download lands here.
+        # The request timeout also bounds every read of the body, so a stalled download lands here; so
+        # does one past its deadline (TooSlow). A drip moves a little before each deadline: that is not
+        # progress that earns a fresh retry budget, or it would drip forever.
         self._resp.close()
-        if self.offset > self._offset_at_break:
+        if self.offset > self._offset_at_break and not isinstance(exc, TooSlow):
             self._budget.progress()
         self._offset_at_break = self.offset
         if not self._budget.again():
+            why = str(exc) if isinstance(exc, TooSlow) else exc.__class__.__name__
             raise RegistryError(
-                f"GET {self._where}: the download broke off at byte {self.offset} ({exc.__class__.__name__}) "
+                f"GET {self._where}: the download broke off at byte {self.offset} ({why}) "
                 f"and did not resume ({self._budget.spent()}): check the network to the registry, or raise "
                 "timeout_s / retry_budget_s"
             ) from None
-        self._resp = self._reopen(self.offset, self._budget)
+        try:
+            self._resp = self._reopen(self.offset, self._budget)
+        except _broken() as again:  # the resumed body broke (or ran out of time) while skipping to the offset
+            self._resume(again)
 
     def close(self) -> None:
         self._resp.close()
         super().close()
 
 
-def skip_to(resp: requests.Response, offset: int, where: str) -> requests.Response:
+def skip_to(resp: requests.Response, offset: int, where: str, *, per_read_s: float = 60.0) -> requests.Response:
     """Position a resumed body at `offset`: a 206 must start there; a 200 (Range ignored) is the whole
-    body again, so the bytes already read are read and dropped."""
+    body again, so the bytes already read are read and dropped (within the request's deadline)."""
     if resp.status_code == 206:
         got = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.headers.get("Content-Range", ""))
         if got is None or int(got.group(1)) != offset:
@@ -166,7 +178,7 @@ def skip_to(resp: requests.Response, offset: int, where: str) -> requests.Respon
         return resp
     left = offset
     while left > 0:
-        chunk = resp.raw.read(min(left, 1024 * 1024))
+        chunk = read_some(resp, min(left, 1024 * 1024), per_read_s)
         if not chunk:
             resp.close()
             raise RegistryError(f"GET {where}: the body served again is shorter than the {offset} bytes read before")
@@ -196,6 +208,8 @@ def is_loopback(host: str) -> bool:
 
 def error_codes(resp: requests.Response) -> list[tuple[str, str]]:
     """The distribution API's JSON errors: [(code, message)]; [] for no body or not that shape."""
+    import requests  # here, not only under TYPE_CHECKING: the except clause below names it at run time
+
     try:
         body = resp.json()
         errors = body.get("errors") or []

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from resources.spark.results import ConnectionLost, HostKeyRefused, SparkError, 
 if TYPE_CHECKING:
     import paramiko
 
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Bulk streaming. Reads hand over whatever has arrived, up to this much at a time.
 _CHUNK = 1 << 20
@@ -440,6 +441,13 @@ class _SshTransport(_Transport):
     def _error(self, message: str, cls: type[SparkError] = SparkError) -> SparkError:
         return cls(self.settings.say(message), node=self.node.name, where=self.where)
 
+    def _silent(self, timeout: float) -> SparkError:
+        return self._error(
+            f"no answer within {timeout:g}s ([spark] connect_timeout_s: connect, ssh banner, authentication); "
+            "is the node up and its sshd answering from here? Raise connect_timeout_s for a slow link",
+            Unreachable,
+        )
+
     def _known_hosts_name(self) -> str:
         return self.node.host if self.node.port == 22 else f"[{self.node.host}]:{self.node.port}"
 
@@ -469,6 +477,7 @@ class _SshTransport(_Transport):
         client.set_missing_host_key_policy(_RefuseUnknownHost())
         pkey = self.settings.pkey()
         timeout = self.settings.connect_timeout_s
+        started = time.monotonic()
         try:
             client.connect(
                 self.node.host, port=self.node.port, username=self.node.user or None, pkey=pkey,
@@ -508,12 +517,13 @@ class _SshTransport(_Transport):
             ) from None  # fmt: skip
         except (TimeoutError, socket.timeout):
             client.close()
-            raise self._error(
-                f"no answer within {timeout:g}s (connect_timeout_s); is the node up and reachable from here?",
-                Unreachable,
-            ) from None
+            raise self._silent(timeout) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
+            if time.monotonic() - started >= timeout:
+                # A server that accepts and never sends its banner ends in paramiko's banner timeout, which
+                # surfaces as "Error reading SSH protocol banner" or "No existing session": it was silence.
+                raise self._silent(timeout) from None
             raise self._error(
                 f"cannot connect: {exc or type(exc).__name__}; is the node up, sshd listening on port "
                 f"{self.node.port}, and the host/port in [[spark.nodes]] right?",

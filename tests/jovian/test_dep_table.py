@@ -392,9 +392,28 @@ def test_lab_dep_table_cli_marks_unresolved_rows_in_json_and_on_stderr() -> None
 
     tree = SAMPLES / "unresolved"
     out = CliRunner().invoke(main, ["lab", "dep-table", str(tree)])
-    assert out.exit_code == 0
+    assert out.exit_code == 1  # the table is printed, but a pin nobody can fetch fails the command
     assert json.loads(out.stdout)[0]["unresolved"] == ["ENV{MYSTERY_OWNER}", "NOPE"]
-    assert f"{tree}/{EP}/mystery.cmake:1: mystery: unresolved $ENV{{MYSTERY_OWNER}}, ${{NOPE}}" in out.stderr
+    assert (f"{tree}/{EP}/mystery.cmake:1: mystery: unresolved $ENV{{MYSTERY_OWNER}} (set nowhere that reaches this use), "
+            "${NOPE} (set nowhere that reaches this use)") in out.stderr
+    assert "1 of 1 pins did not resolve" in out.stderr and "Traceback" not in out.output
+
+
+def test_lab_dep_table_cli_fails_on_a_recursive_tag_and_an_option_shaped_repository(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from lockstep.cli import main
+
+    recursive = write_tree(tmp_path / "recursive", {f"{EP}/dep.cmake": 'set(DEP_TAG "${DEP_TAG}")\nFetchContent_Declare(dep\n'
+                           "  GIT_REPOSITORY https://github.com/example-lab/dep.git\n  GIT_TAG ${DEP_TAG})\n"})
+    out = CliRunner().invoke(main, ["lab", "dep-table", str(recursive)])
+    assert out.exit_code == 1
+    assert f"{recursive}/{EP}/dep.cmake:2: dep: unresolved ${{DEP_TAG}} (recursive: its only set() refers to itself)" in out.stderr
+    option = write_tree(tmp_path / "option", {f"{EP}/dep.cmake": "FetchContent_Declare(dep\n"
+                        '  GIT_REPOSITORY "--upload-pack=${HOOK}"\n  GIT_TAG v1.0)\n'})
+    out = CliRunner().invoke(main, ["lab", "dep-table", str(option)])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert f"{option}/{EP}/dep.cmake:2: GIT_REPOSITORY '--upload-pack=${{HOOK}}' starts with '-'" in out.output
 
 
 def test_a_pin_from_a_top_level_set_is_refused_at_that_set(tmp_path: Path) -> None:

@@ -46,7 +46,8 @@ def _shown(value: str) -> str:
 # -- parse level: every hostile name at every door ----------------------------------------------------
 
 
-@pytest.mark.parametrize("name", HOSTILE_NAMES, ids=repr)
+# A line-based file cannot hold a value that ends in a newline: `r1\n` there is the line `r1` and an empty one.
+@pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if not (n.endswith("\n") and n.count("\n") == 1)], ids=repr)
 def test_hostile_release_version_is_refused_with_its_line(name: str) -> None:
     n = line_no(R35, "release.version")
     with pytest.raises(FileFormatError) as info:

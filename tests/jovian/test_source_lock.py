@@ -221,9 +221,10 @@ def test_duplicate_key_names_both_lines(r35_text: str) -> None:
 
 
 def test_missing_release_version_is_an_error(r35_text: str) -> None:
-    exc = error(replace_line(r35_text, "release.version", None))
-    assert "release.version" in str(exc)
-    assert str(exc).startswith(f"{LOCK}: ")
+    text = replace_line(r35_text, "release.version", None)
+    exc = error(text)
+    assert "no release.version key" in str(exc)
+    assert str(exc).startswith(f"{LOCK}:{len(text.splitlines())}: ")  # where the file ends without it
 
 
 def test_empty_release_version_names_its_line(r35_text: str) -> None:

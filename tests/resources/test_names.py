@@ -27,6 +27,9 @@ BRANCHES = ["main", "penfever/working", "integration/r35-cut", "release-1.2", "a
 
 @pytest.mark.parametrize("name", BRANCHES)
 def test_the_ref_rule_agrees_with_git_check_ref_format(name: str) -> None:
+    if "\x00" in name:  # no process can be given it as an argument; ours must refuse it
+        assert ref_problem(name) is not None
+        return
     # `refs/heads/` in front: git never sees a leading '-' as its own option.
     git_says_ok = subprocess.run(["git", "check-ref-format", f"refs/heads/{name}"], capture_output=True).returncode == 0
     ours_ok = ref_problem(name) is None
@@ -83,3 +86,28 @@ def test_check_ref_names_the_kind_and_the_rule() -> None:
     with pytest.raises(NameRefused, match=r"harbor_branch '-x' is not a valid git ref name: it starts with '-'"):
         check_ref("harbor_branch", "-x")
     assert check_ref("harbor_branch", "penfever/working") == "penfever/working"
+
+
+SMUGGLED = [u for u in HOSTILE_URLS if "oProxyCommand" in u or "-c" in u.split("/")[2:3] or "%2d" in u.lower()]
+
+
+@pytest.mark.parametrize("url", SMUGGLED)
+def test_an_option_shaped_user_or_host_is_refused_in_every_url_form_before_any_scheme_rule(url: str) -> None:
+    # Every scheme allowed: the refusal is the option rule's own (or the leading '-' / helper / whitespace
+    # rule that comes first), never "not a URL" or "uses <scheme>", so an allow-list cannot let it through.
+    with pytest.raises(NameRefused) as err:
+        check_url("consumer_repo", url, {*KNOWN_SCHEMES, "git+ssh", "ssh+git"})
+    said = str(err.value)
+    assert said.startswith(f"consumer_repo {url!r}"), said
+    assert any(why in said for why in ("starts with '-'", "whitespace or a control character", "remote helper")), said
+
+
+def test_the_option_forms_are_all_there() -> None:
+    assert len(SMUGGLED) >= 25 and len(HOSTILE_NAMES) > 120
+
+
+@pytest.mark.parametrize("url", ["ssh://git@my-host.example/-x.git", "https://a-b.example/org/-repo.git",
+                                 "git@my-host.example:org/-repo.git", "ssh://git@[::1]:2222/org/repo.git",
+                                 "file:///tmp/my%20sandbox/repo.git", "https://h.example/a%2d-b.git"])
+def test_a_dash_inside_a_host_or_in_the_path_is_not_an_option(url: str) -> None:
+    assert check_url("repo", url, KNOWN_SCHEMES) == url

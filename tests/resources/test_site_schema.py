@@ -48,7 +48,8 @@ def test_the_schema_is_valid_and_describes_every_table_as_a_toml_file_can_hold_i
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["additionalProperties"] is False and schema["required"] == ["tpu"]
-    assert {"site", "tpu", "registry", "iris", "jovian", "spark", "links", "attest", "alerts"} == set(schema["properties"])
+    assert {"site", "tpu", "registry", "iris", "jovian", "spark", "links", "attest", "alerts",
+            "timeouts"} == set(schema["properties"])
     text = json.dumps(schema)
     assert '"null"' not in text and '"default": null' not in text  # TOML has no null: optional keys are left out
     iris = schema["$defs"]["IrisSection"]["properties"]

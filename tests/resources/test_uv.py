@@ -9,6 +9,7 @@ import pytest
 
 from resources.errors import FileFormatError
 from resources.uv import GitSource, UvCli, UvLock, uv_binary
+from tests.hostile import HOSTILE_URLS
 
 SHA = "2dde0bbf11d48a4e44df6ad0a56cee31e7ab609e"
 
@@ -96,3 +97,13 @@ def test_a_lock_that_pins_no_full_commit_or_has_a_type_error_names_line_and_valu
 def test_a_lock_that_is_not_utf8_names_the_line() -> None:
     with pytest.raises(FileFormatError, match=r"^uv.lock:11: not UTF-8 text \(byte 0xff\)"):
         UvLock.read(Path("uv.lock"), LOCK.encode().replace(b'"six"', b'"s\xffx"'))
+
+
+@pytest.mark.parametrize("url", [u for u in HOSTILE_URLS if u and not any(c in u for c in '"\n\r\t')])
+def test_a_hostile_git_source_in_a_lock_is_refused_at_its_file_and_line(url: str) -> None:
+    # (A TOML string cannot hold a raw quote or line break: those are refused by the TOML reader itself.)
+    text = ('version = 1\n\n[[package]]\nname = "harbor"\nversion = "0.8.0"\n'
+            f'source = {{ git = "{url}?branch=main#{"a" * 40}" }}\n')
+    with pytest.raises(FileFormatError) as info:
+        UvLock.read(Path("uv.lock"), text)
+    assert str(info.value).startswith("uv.lock:6: "), str(info.value)

@@ -11,6 +11,7 @@ runs in two processes racing on one instance (SQLite: a file lock; Postgres: an 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -33,6 +34,7 @@ from resources.site import SiteResource, load_site
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources, stop_sandbox
 from tests.postgres_server import PostgresServer, running_postgres
+from tests.registry_proxy import Fault, RegistryProxy
 from tests.registry_server import RegistryServer, running_registry
 from tests.report import count
 from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
@@ -254,6 +256,27 @@ def test_a_reread_that_finds_another_digest_records_our_move_then_the_outside_on
     assert "someone moved it again" in w.log()[1].recorded
     assert_log_is_the_registry(w)
     assert "still at" in w.tick()  # the log already ends where the registry is
+
+
+def test_a_promote_against_a_registry_whose_head_names_a_digest_it_cannot_serve_fails_and_records_nothing(
+        world: TagWorld) -> None:
+    """The phantom record: the HEAD of the tag names a digest the registry does not hold (a lying proxy in
+    front of the real registry). Before, the promote succeeded and logged an `observed` move to it."""
+    w = world
+    assert w.promote(w.b1).success
+    phantom = "sha256:" + hashlib.sha256(b"a manifest no registry was ever given").hexdigest()
+    fault()
+    with RegistryProxy(upstream=w.built.host) as proxy:
+        proxy.fail("HEAD", rf"/manifests/{w.tag}$", Fault.head_digest(phantom), times=1000)
+        lied_to = w.promote(w.b2, HttpRegistry(host=proxy.host))
+        asked = [s.status for s in proxy.requests("GET", rf"/manifests/{phantom}$")]
+    assert not lied_to.success
+    said = failure_message(lied_to)
+    assert f":{w.tag}" in said and phantom in said and "Nothing was recorded" in said, said
+    assert asked == [404]  # the manifest was asked for by that digest, and the registry has none
+    assert w.states() == [("promote", None, w.d1)] and w.floating() == w.d1  # no phantom, no move
+    assert all(i.run_id != lied_to.run_id for i in log_state(w.instance).intents)  # refused before any intent
+    assert_log_is_the_registry(w)
 
 
 # -- the next run heals the log: a promote or rollback whose target the registry already has ----------
