@@ -423,7 +423,7 @@ def test_an_image_id_that_differs_after_load_fails_naming_the_node_and_both_ids(
 
 
 def test_a_wrong_engine_string_fails_the_pin_gate_naming_expected_and_found(world: Sandbox, r28: dict) -> None:
-    text = git.Repo(world.repos / "rtx6kpro.git").git.show(f"master:{lock_path('r28')}")
+    text = git.Repo(world.repos / "rtx6kpro.git").git.show(f"master:{lock_path('r28')}") + "\n"  # git show drops the last newline
     built = r28["lock"]["vllm.version"]
     wrong = built.replace("glm53.r28", "glm53.r27")
     lock = parse_source_lock(text.replace(f"vllm.version={built}", f"vllm.version={wrong}"), lock_path("r28"))

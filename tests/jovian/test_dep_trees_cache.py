@@ -54,14 +54,14 @@ def upstreams(tmp_path: Path) -> dict[str, list[str]]:
 def fetches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     """Every `git fetch` any GitRemotes call runs, as its argv (the calls still run)."""
     seen: list[list[str]] = []
-    real = git.cmd.Git.execute
+    real = GitRemotes._network
 
-    def recording(self: git.cmd.Git, command: list[str], *args: object, **kwargs: object) -> object:
-        if "fetch" in command:
-            seen.append(list(command))
-        return real(self, command, *args, **kwargs)
+    def recording(self: GitRemotes, args: list[str], *rest: object, **kwargs: object) -> object:
+        if "fetch" in args:
+            seen.append(list(args))
+        return real(self, args, *rest, **kwargs)
 
-    monkeypatch.setattr(git.cmd.Git, "execute", recording)
+    monkeypatch.setattr(GitRemotes, "_network", recording)
     yield seen
 
 
