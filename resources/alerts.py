@@ -16,7 +16,6 @@ import dagster as dg
 
 from pydantic import Field
 
-from resources.changelog import shown_line
 from resources.errors import LockstepError
 from resources.model import Model
 from resources.secrets import quiet_urllib3, redact
@@ -70,8 +69,11 @@ def short(digest: str) -> str:
 
 
 def one_line(text: str, width: int = MAX_LINE) -> str:
-    """A person's or a tool's text as one printable line, bounded, with no URL credentials."""
-    return shown_line(redact(text), width) if text.strip() else ""
+    """A person's or a tool's text as one printable line, bounded, with no URL credentials (as
+    resources/changelog.py's shown_line, which is not imported: it loads with the first run that needs it)."""
+    lines = redact(text).strip().splitlines()
+    line = "".join(c if c.isprintable() else "?" for c in lines[0]) if lines else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def changelog_lines(metadata: dict[str, dg.MetadataValue], *, limit: int = CHANGELOG_LINES) -> list[str]:

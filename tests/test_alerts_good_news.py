@@ -11,6 +11,7 @@ served and benched on the sandbox's Spark nodes (tests/jovian/lab.py). Two real 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -18,8 +19,10 @@ import pytest
 
 from jovian_assets.adoption_assets import BUILD_PROFILE
 from jovian_assets.bench_assets import BENCH
-from resources.alerts import BENCH_REPORT, BUILD_PROFILE as ALERTS_BUILD_PROFILE
-from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, Webhook
+from resources.alerts import BENCH_REPORT, alert_for, rev_adopted_alert
+from resources.alerts import BUILD_PROFILE as ALERTS_BUILD_PROFILE
+from resources.changelog import ChangeCommit, CommitRange, changelog_metadata
+from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import Sandbox
 from tests.jovian.lab import Lab
@@ -89,6 +92,41 @@ def test_the_webhook_kinds_are_the_old_ones_plus_the_good_news_and_unset_means_a
     assert pager.wants("rollback", "hold") and not pager.wants("rollback") and not pager.wants("promotion")
     # The alert sensor runs in the tpu location and spells the Jovian keys itself: they must be the same.
     assert (ALERTS_BUILD_PROFILE, BENCH_REPORT) == (BUILD_PROFILE, BENCH)
+
+
+def entry(key: dg.AssetKey, metadata: dict[str, object], partition: str | None = None) -> dg.EventLogEntry:
+    """An event-log entry as the event log hands it back (written and read on a throw-away instance)."""
+    with dg.instance_for_test() as instance:
+        if partition is not None:
+            instance.add_dynamic_partitions("p", [partition])
+        instance.report_runless_asset_event(dg.AssetMaterialization(key, metadata=metadata, partition=partition))  # type: ignore[arg-type]
+        [record] = instance.fetch_materializations(key, limit=1).records
+        return record.event_log_entry
+
+
+def test_a_long_changelog_is_bounded_who_is_said_and_a_credential_in_a_note_is_not() -> None:
+    base, target = "1" * 40, "2" * 40
+    commits = [ChangeCommit(sha=str(i) * 40, subject=f"fix {i}\nbody", author="dev <d@x>",
+                            committed_at=datetime(2026, 12, 1, tzinfo=UTC)) for i in range(8)]
+    changes = changelog_metadata([CommitRange(repo="harbor", base=base, target=target, added=commits, added_total=60)])
+    alerts = AlertsSection()
+    alert = alert_for(alerts, entry(FLOATING_TAG, {
+        "action": "promote", "from_digest": "sha256:" + "a" * 64, "to_digest": "sha256:" + "b" * 64,
+        "build": "c" * 40, "hold": False, "note": "see https://bot:T0KEN-s3cret@git.example/x", **changes}), tag="tpu")
+    assert alert is not None and alert.kinds == ["promotion"]
+    lines = alert.text.splitlines()
+    assert lines[0] == "`:tpu` promoted to build `cccccccc` (who: not recorded): sha256:aaaaaaaaaaaa -> sha256:bbbbbbbbbbbb" \
+        .join([":rocket: ", ""])
+    assert "T0KEN-s3cret" not in alert.text and "note: see https://***@git.example/x" in alert.text
+    assert "changelog: harbor 11111111 -> 22222222: 60 commits added (the first 50 listed, 10 more)" in lines
+    assert [line for line in lines if line.startswith("  + ")] == [
+        f"  + `{str(i) * 8}` fix {i} (dev <d@x>)" for i in range(5)]
+    assert "  ... 55 more on the record" in lines and len(lines) == 10
+    # A rollback that set the hold stands for a `hold` too, so a webhook listing only `hold` still gets it.
+    rollback = alert_for(alerts, entry(FLOATING_TAG, {"action": "rollback", "hold": True, "by": "bob"}))
+    assert rollback is not None and rollback.kinds == ["rollback", "hold"] and " by bob:" in rollback.text
+    # A profile refused for an unknown key is not an adoption.
+    assert rev_adopted_alert(alerts, entry(BUILD_PROFILE, {"outcome": "NOT written: X is unknown"}, "r9")) is None
 
 
 def test_verified_promoted_rolled_back_and_a_warn_check_each_reach_the_webhooks_once(
