@@ -19,7 +19,7 @@ import pytest
 
 from jovian_assets.adoption_assets import BUILD_PROFILE
 from jovian_assets.bench_assets import BENCH
-from resources.alerts import BENCH_REPORT, alert_for, rev_adopted_alert
+from resources.alerts import BENCH_REPORT, HARBOR_LOCK, alert_for, rev_adopted_alert
 from resources.alerts import BUILD_PROFILE as ALERTS_BUILD_PROFILE
 from resources.changelog import ChangeCommit, CommitRange, changelog_metadata
 from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
@@ -28,6 +28,7 @@ from sandbox.world import Sandbox
 from tests.jovian.lab import Lab
 from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
 from tests.test_alerts import SANDBOX_ALERTS, Receiver, Ticker
+from tpu_assets.harbor_hold import hold_entries
 from tpu_assets.history import FLOATING_TAG
 
 pytestmark = pytest.mark.heavy(150)  # seconds, about: two TPU builds, one Jovian build, serve and bench
@@ -125,6 +126,9 @@ def test_a_long_changelog_is_bounded_who_is_said_and_a_credential_in_a_note_is_n
     # A rollback that set the hold stands for a `hold` too, so a webhook listing only `hold` still gets it.
     rollback = alert_for(alerts, entry(FLOATING_TAG, {"action": "rollback", "hold": True, "by": "bob"}))
     assert rollback is not None and rollback.kinds == ["rollback", "hold"] and " by bob:" in rollback.text
+    released = alert_for(alerts, entry(HARBOR_LOCK, {**hold_entries(action="release_hold", held=False, reason="x"),
+                                                     "by": "carol"}))
+    assert released is not None and released.kind == "hold" and "harbor hold released by carol" in released.text
     # A profile refused for an unknown key is not an adoption.
     assert rev_adopted_alert(alerts, entry(BUILD_PROFILE, {"outcome": "NOT written: X is unknown"}, "r9")) is None
 
