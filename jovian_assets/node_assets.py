@@ -77,6 +77,7 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
         "tag": dg.MetadataValue.text(tag),
         "image_id": dg.MetadataValue.text(image.image_id),
         "node": dg.MetadataValue.text(node),
+        "build_log": dg.MetadataValue.text(handle.log),
         "duration_s": dg.MetadataValue.float(image.duration_s),
         "build_dir_checksum": dg.MetadataValue.text(checksum),
         "expected_pins": _table([{"package": k, "pin": v} for k, v in image.expected_pins.items()], ["package", "pin"]),
