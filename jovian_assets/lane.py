@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from jovian_assets.keys import LANE
 from jovian_assets.models import LaneServing, ServedImage
 from resources.errors import LockstepError
+from resources.heartbeat import TAIL_LINES, Heartbeat
 from resources.model import Model
 from resources.names import NameRefused, check_name
 from resources.secrets import redact, secret_values
@@ -308,9 +309,13 @@ class Lane:
 
     def wait_ready(self, *, budget_s: float, started: float, what: str, image_id: str) -> dict[str, float]:
         """Poll every node's container (running, and running `image_id`) and the head's log until the
-        endpoint serves; seconds to each mark. Anything else, or the budget running out, is a LaneBootFailed."""
+        endpoint serves; seconds to each mark. Anything else, or the budget running out, is a LaneBootFailed.
+        A heartbeat every [timeouts] heartbeat_s says which readiness line it waits for, with the head's log tail."""
         deadline = started + budget_s
         patterns = self.lane.ready_patterns
+        heartbeat = Heartbeat(f"lane boot of {what} on {self.lane.name}", budget_s=budget_s, log=self.log.info,
+                              every_s=self.site.timeouts.heartbeat_s, started=started,
+                              secrets=secret_values(self.site.secret_env_names()))
         while True:
             states = {node: self.inspect(node) for node in self.lane.nodes}
             wrong = [f"{node} runs {s.image_id}" for node, s in states.items() if s is not None and s.image_id != image_id]
@@ -323,20 +328,23 @@ class Lane:
                     raise LaneBootFailed(self.say(
                         f"{what}: container {self.name} on {node} {said} after {time.monotonic() - started:.0f}s, "
                         f"before it served; log tail:\n{self.tail(node)}"))
-            marks = readiness_marks(self.log_text(self.head), patterns)
+            log = self.log_text(self.head)
+            marks = readiness_marks(log, patterns)
             if len(marks) == len(patterns) and self.endpoint_lists_model():
                 elapsed = round(time.monotonic() - started, 2)
                 origin = states[self.head].started_at  # type: ignore[union-attr]
                 seconds = {m.pattern: round((m.at - origin).total_seconds(), 2) if m.at and origin else elapsed
                            for m in marks}
                 return {**seconds, ENDPOINT: elapsed}
+            waiting = patterns[len(marks)] if len(marks) < len(patterns) else f"{self.base_url()}/v1/models"
             if time.monotonic() > deadline:
-                waiting = patterns[len(marks)] if len(marks) < len(patterns) else f"{self.base_url()}/v1/models"
                 raise LaneBootFailed(self.say(
                     f"{what}: {self.name} on {self.head} did not serve within its {budget_s:g}s budget (seen "
                     f"{len(marks)} of {len(patterns)} readiness lines; waiting for {waiting!r}); log tail:\n"
                     f"{self.tail(self.head)}"))
-            time.sleep(self.lane.serve_poll_s)
+            heartbeat.beat(state=f"{len(marks)} of {len(patterns)} readiness lines seen, waiting for {waiting!r}",
+                           tail_lines=log.splitlines()[-TAIL_LINES:])
+            time.sleep(heartbeat.sleep_for(self.lane.serve_poll_s))
 
 
 # ---- boot and restore ----------------------------------------------------------------------------

@@ -24,7 +24,9 @@ from jovian_assets.node_build import (
 )
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
-from resources.site import SiteResource
+from resources.heartbeat import Heartbeat, observe_start
+from resources.secrets import secret_values
+from resources.site import SiteConfig, SiteResource
 from resources.spark import SparkNodes
 
 IMAGE = dg.AssetKey(["jovian", "image"])
@@ -58,8 +60,9 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
     argv = ["flock", "../../../.build.lock", "env", f"TAG={tag}", f"PROFILE={rev}", f"BUILD_DIR_CHECKSUM={checksum}",
             *jovian.build_command]
     handle = spark.start_detached(node=node, argv=argv, log=f"{remote_dir}/build.log", cwd=f"{remote_dir}/context")
-    context.log.info(f"build started on {node}: pid {handle.pid}, log {handle.log}")
-    code = wait_detached(spark, handle, timeout_s=jovian.build_timeout_s, poll_s=jovian.poll_s)
+    observe_start(context, {"node": node, "pid": str(handle.pid), "build_log": handle.log}, what=f"build started on {node} (build_log is relative to its login directory)")
+    code = wait_detached(spark, handle, timeout_s=jovian.build_timeout_s, poll_s=jovian.poll_s,
+                         heartbeat=step_heartbeat(config, f"build of {tag} on {node}", jovian.build_timeout_s, context))
     tail = spark.tail(handle=handle, lines=40)
     if code != 0:
         raise NodeBuildFailed(f"build of {tag} on {node} exited {code}" + (" with no output (a dead pipe pump?)" if not tail.strip() else "")
@@ -74,6 +77,7 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
         "tag": dg.MetadataValue.text(tag),
         "image_id": dg.MetadataValue.text(image.image_id),
         "node": dg.MetadataValue.text(node),
+        "build_log": dg.MetadataValue.text(handle.log),
         "duration_s": dg.MetadataValue.float(image.duration_s),
         "build_dir_checksum": dg.MetadataValue.text(checksum),
         "expected_pins": _table([{"package": k, "pin": v} for k, v in image.expected_pins.items()], ["package", "pin"]),
@@ -84,6 +88,12 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
     yield _check(IMAGE, BOOT_GATES, gates_finding)
     yield _check(IMAGE, IMAGE_LABELED, label_finding(tag, labels, checksum), dg.AssetCheckSeverity.WARN)
 
+
+
+def step_heartbeat(config: SiteConfig, step: str, budget_s: float | None, context: dg.AssetExecutionContext) -> Heartbeat:
+    """A long step's heartbeat in the run's log, every [timeouts] heartbeat_s, the site's secrets masked."""
+    return Heartbeat(step, budget_s=budget_s, log=context.log.info, every_s=config.timeouts.heartbeat_s,
+                     secrets=secret_values(config.secret_env_names()))
 
 
 def node_pool(node: str) -> str:
@@ -145,7 +155,8 @@ def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, spa
         raise NodeBuildFailed(f"{config.path}: no [jovian.lane]: nothing to distribute to")
     from jovian_assets.node_build import distribute_image
 
-    done = distribute_image(spark, image, nodes=jovian.lane.nodes, mode=jovian.distribute)
+    done = distribute_image(spark, image, nodes=jovian.lane.nodes, mode=jovian.distribute,
+                            heartbeat=step_heartbeat(config, f"distribution of {image.tag}", None, context))
     return dg.Output(done, metadata={
         "image_id": dg.MetadataValue.text(image.image_id),
         "nodes": _table([{"node": n, "image_id": i} for n, i in done.nodes.items()], ["node", "image_id"]),

@@ -19,6 +19,7 @@ from pydantic import Field
 from jovian_assets.models import Finding
 from jovian_assets.source_lock import SourceLock
 from resources.errors import LockstepError
+from resources.heartbeat import TAIL_LINES, Heartbeat
 from resources.model import Model
 from resources.names import under
 from resources.site_jovian import BootGate
@@ -58,15 +59,18 @@ class Distribution(Model):
     mode: str = "star"  # [jovian] distribute: star (lockstep to each node) or relay (node to node)
 
 
-def distribute_image(spark: SparkNodes, image: NodeImage, *, nodes: list[str], mode: str) -> Distribution:
+def distribute_image(spark: SparkNodes, image: NodeImage, *, nodes: list[str], mode: str,
+                     heartbeat: Heartbeat | None = None) -> Distribution:
     """ONE plain `docker save` on the build node into every node's `docker load` — in parallel from
     lockstep (star) or along the chain `nodes` (relay) — then the image ID on every node compared with
-    the built one, whichever way the bytes went."""
+    the built one, whichever way the bytes went. `heartbeat` beats as the bytes move."""
     save, load = ["docker", "save", image.tag], ["docker", "load"]
+    state = f"docker save {image.tag} on {image.node} -> docker load on {', '.join(nodes)} ({mode})"
+    progress = (lambda sent: heartbeat.beat(state=state, bytes_moved=sent)) if heartbeat else None
     if mode == "relay":
-        sent = spark.relay(src=image.node, src_argv=save, chain=nodes, load_argv=load).src.bytes
+        sent = spark.relay(src=image.node, src_argv=save, chain=nodes, load_argv=load, progress=progress).src.bytes
     else:
-        sent = spark.pipe(src=image.node, src_argv=save, dsts=nodes, dst_argv=load).src.bytes
+        sent = spark.pipe(src=image.node, src_argv=save, dsts=nodes, dst_argv=load, progress=progress).src.bytes
     ids = {node: inspect_image(spark, node=node, tag=image.tag)["Id"] for node in nodes}
     wrong = [f"{node} holds {i}" for node, i in ids.items() if i != image.image_id]
     if wrong:
@@ -173,11 +177,20 @@ def run_gates(spark: SparkNodes, *, node: str, tag: str, gates: list[BootGate], 
     return Finding(passed=True, description=f"all {len(gates)} boot gates pass on {node}"), outputs
 
 
-def wait_detached(spark: SparkNodes, handle: DetachedHandle, *, timeout_s: float, poll_s: float) -> int:
-    """Poll the build's STATE (pid + exit file) until it exits; return its exit code."""
+def wait_detached(spark: SparkNodes, handle: DetachedHandle, *, timeout_s: float, poll_s: float,
+                  heartbeat: Heartbeat | None = None) -> int:
+    """Poll the build's STATE (pid + exit file) until it exits; return its exit code. `heartbeat`
+    beats on every poll, its tail the build log's last lines; no sleep outlasts its next line."""
     deadline = time.monotonic() + timeout_s
     delay = min(1.0, poll_s)
     misses = 0
+
+    def pause() -> None:
+        time.sleep(heartbeat.sleep_for(delay) if heartbeat else delay)
+
+    def tail() -> list[str]:
+        return spark.tail(handle=handle, lines=TAIL_LINES).splitlines()
+
     while True:
         try:
             state = spark.poll(handle=handle)
@@ -187,7 +200,9 @@ def wait_detached(spark: SparkNodes, handle: DetachedHandle, *, timeout_s: float
             misses += 1
             if misses >= MAX_POLL_MISSES or time.monotonic() > deadline:
                 raise NodeBuildFailed(f"lost {handle.node} for {misses} polls while building (pid {handle.pid}): {exc}") from None
-            time.sleep(delay)
+            if heartbeat:
+                heartbeat.beat(state=f"not answering ({misses} polls missed; the detached build goes on)")
+            pause()
             delay = min(delay * 2, poll_s)
             continue
         if state.state == "exited":
@@ -198,7 +213,9 @@ def wait_detached(spark: SparkNodes, handle: DetachedHandle, *, timeout_s: float
         if time.monotonic() > deadline:
             raise NodeBuildFailed(f"the build on {handle.node} (pid {handle.pid}) is still running after {timeout_s:.0f}s; "
                                   "it was not killed")
-        time.sleep(delay)
+        if heartbeat:
+            heartbeat.beat(state=f"running (pid {handle.pid} on {handle.node}, log {handle.log})", tail_lines=tail)
+        pause()
         delay = min(delay * 2, poll_s)
 
 

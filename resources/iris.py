@@ -35,6 +35,7 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from resources.errors import LockstepError
+from resources.heartbeat import TAIL_LINES, Heartbeat
 from resources.iris_deploy import IrisNotDeployed, check_iris_setup
 from resources.iris_output import (
     TERMINAL,
@@ -46,6 +47,7 @@ from resources.iris_output import (
     TaskRow,
     help_commands,
     help_options,
+    log_text,
     parse_list_text,
     parse_state_output,
 )
@@ -520,13 +522,30 @@ class IrisCli(dg.ConfigurableResource):
         return JobLog(lines=len(lines), tail=lines[-LOG_TAIL_LINES:], leaked=leaked,
                       truncated=len(lines) >= LOG_MAX_LINES)  # fmt: skip
 
-    def wait(self, *, job_id: str, timeout_s: float, submission: Submission | None = None) -> JobSummary:
+    def recent_lines(self, *, job_id: str, since_ms: int, lines: int = TAIL_LINES, spec: JobSpec | None = None) -> list[str]:
+        """The job's last `lines` log lines so far (``--since-ms S --tail --max-lines N``), masked as
+        `logs` masks, without iris's prefix: a running job's tail for its heartbeat. `--tail` may
+        under-sample (runbook §6), which a glance at a running job can afford and a post-mortem cannot."""
+        secrets = [form for value in self._secrets(spec) for form in _forms(value)]
+        shown, answer = self._call(
+            ["job", "logs", job_id, "--since-ms", str(since_ms), "--tail", "--max-lines", str(int(lines))],
+            secrets=secrets,
+        )
+        if answer.exit_code != 0:
+            raise IrisError(f"{shlex.join(shown)} failed (exit {answer.exit_code}): {answer.output[-500:] or '(no output)'}")
+        return [log_text(line) for line in answer.stdout.splitlines()][-lines:]
+
+    def wait(self, *, job_id: str, timeout_s: float, submission: Submission | None = None,
+             heartbeat: Heartbeat | None = None, spec: JobSpec | None = None) -> JobSummary:
         """Poll the job's STATE until it is terminal and return that summary, whatever the state.
 
         Polls back off exponentially from poll_min_s to poll_max_s; pending diagnostics are logged as
         they change. Raises IrisError when `timeout_s` passes (naming the last state and why it is
         pending; the job is left running), when the job is unknown or iris fails for `vanish_after`
         polls in a row, and JobReplaced when the job under this id is not `submission`'s.
+
+        `heartbeat` beats on every poll (its tail: the job's last log lines, `spec`'s secrets masked
+        too), and no sleep outlasts its next line.
         """
         deadline = time.monotonic() + timeout_s
         delay = self.poll_min_s
@@ -573,6 +592,12 @@ class IrisCli(dg.ConfigurableResource):
                 if now.state.terminal:
                     self._same_incarnation(job_id, submission)
                     return now
+            if heartbeat is not None:
+                shown_state = (f"{last.state.value}{f' ({said})' if said else ''}" if last else "not yet seen") + (
+                    "" if now is not None else " (this poll got no answer)")
+                since_ms = submission.submitted_ms if submission else 0
+                heartbeat.beat(state=shown_state, tail_lines=lambda: self.recent_lines(
+                    job_id=job_id, since_ms=since_ms, spec=spec))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 state = last.state.value if last else "not yet seen"
@@ -582,7 +607,7 @@ class IrisCli(dg.ConfigurableResource):
                     f"Wait longer, or end it: {self.binary} {' '.join(self._target())} job "
                     f"{self.capabilities().cancel_command or 'cancel'} {job_id}"
                 )
-            _sleep(min(delay, remaining))
+            _sleep(min(delay, remaining, heartbeat.due_in() if heartbeat else delay))
             delay = min(delay * 2, self.poll_max_s)
 
     def _pending_reason(self, summary: JobSummary) -> str:

@@ -1,4 +1,5 @@
-"""``[timeouts]``: the total deadlines of lockstep's calls to git remotes and the registry, and of a sensor tick.
+"""``[timeouts]``: the total deadlines of lockstep's calls to git remotes and the registry, and of a sensor tick;
+and how often a long step says it is still running (`heartbeat_s`, resources/heartbeat.py).
 
 A per-read timeout alone lets a peer that answers one byte a second (or accepts the connection and
 never answers) hold a run for as long as it likes: each read succeeds in time. So every outside call
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from resources.heartbeat import DEFAULT_EVERY_S, MAX_EVERY_S
 from resources.site_fields import Table
 from resources.site_rules import KeyRefused
 
@@ -40,6 +42,11 @@ class TimeoutsSection(Table):
     sensor_tick_s: float = Field(
         default=20.0, gt=0, lt=DAGSTER_SENSOR_LIMIT_S,
         description="Everything one sensor tick asks of remotes; past it the tick skips naming the remote.")
+    # At least 1 s (a line a second already floods a run's log); at most 300 s (the issue's "at least one every five").
+    heartbeat_s: float = Field(
+        default=DEFAULT_EVERY_S, ge=1.0, le=MAX_EVERY_S,
+        description="A long step (an iris build or smoke job, a node build, a distribution, a lane boot) logs a "
+        "heartbeat line at most this often, and at least this often while it runs.")
 
     @model_validator(mode="after")
     def _tick_fits(self) -> TimeoutsSection:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from resources.errors import LockstepError
+from resources.heartbeat import Heartbeat
 from resources.reader import read_bytes, read_text
 from resources.git import GitRemotes
 from resources.iris import IrisCli, IrisError, JobLog, JobSpec, JobState, JobSummary, Submission
 from resources.kaniko import KanikoSettings, kaniko_job
 from resources.registry import ImageRef, Registry
+from resources.secrets import secret_values
 from resources.site import SiteConfig
 from resources.uv import UvLock
 from tpu_assets.build_script import BuildScriptRefused, check_build_script
@@ -105,11 +108,21 @@ def refuse_leak(log: JobLog | None, submission: Submission, spec: JobSpec, summa
     )
 
 
-def finish_job(iris: IrisCli, submission: Submission, spec: JobSpec, *, what: str, consequence: str) -> JobSummary:
-    """Wait for the job's final STATE, then read its log back: a leaked secret or any end but
-    `succeeded` is a BuildFailed carrying the state, the error and the masked log tail."""
+def job_heartbeat(site: SiteConfig, submission: Submission, spec: JobSpec, *, what: str,
+                  log: Callable[[str], object]) -> Heartbeat:
+    """The heartbeat of a job's wait: every [timeouts] heartbeat_s, its time against iris's --timeout."""
+    return Heartbeat(f"{what} job {submission.job_id}", budget_s=spec.timeout_s or None, log=log,
+                     every_s=site.timeouts.heartbeat_s, secrets=secret_values(site.secret_env_names()))
+
+
+def finish_job(iris: IrisCli, submission: Submission, spec: JobSpec, *, what: str, consequence: str,
+               heartbeat: Heartbeat | None = None) -> JobSummary:
+    """Wait for the job's final STATE (`heartbeat` beating while it runs), then read its log back: a
+    leaked secret or any end but `succeeded` is a BuildFailed carrying the state, the error and the
+    masked log tail."""
     timeout_s = spec.timeout_s + JOB_TIMEOUT_GRACE_S if spec.timeout_s else 7 * 24 * 3600
-    summary = iris.wait(job_id=submission.job_id, timeout_s=timeout_s, submission=submission)
+    summary = iris.wait(job_id=submission.job_id, timeout_s=timeout_s, submission=submission, heartbeat=heartbeat,
+                        spec=spec)
     job_log, log_error = read_log(iris, submission, spec)
     refuse_leak(job_log, submission, spec, summary)
     if summary.state != JobState.SUCCEEDED:
@@ -122,8 +135,10 @@ def finish_job(iris: IrisCli, submission: Submission, spec: JobSpec, *, what: st
 
 
 def build_image(*, commit: str, site: SiteConfig, git: GitRemotes, iris: IrisCli, registry: Registry,
-                log: logging.Logger) -> BuiltImage:
-    """Build the consumer at `commit` into ``:tpu-<gitsha>`` unless that pinned tag already exists."""
+                log: logging.Logger, on_submit: Callable[[Submission], None] | None = None) -> BuiltImage:
+    """Build the consumer at `commit` into ``:tpu-<gitsha>`` unless that pinned tag already exists.
+
+    `on_submit` is told the submission as soon as iris has the job (its id on the asset while it runs)."""
     tpu, iris_cfg = site.tpu, site.iris
     if iris_cfg is None:
         raise LockstepError(f"{site.path}: no [iris] table: lockstep needs it to build images")
@@ -161,12 +176,15 @@ def build_image(*, commit: str, site: SiteConfig, git: GitRemotes, iris: IrisCli
             command = iris.command_line(spec)
             log.info(f"submitting {command}")
             submission = iris.submit(spec=spec, cwd=wt.path)
+            if on_submit is not None:
+                on_submit(submission)
     destination = f"{tpu.image}:tpu-{gitsha}"
     job_id = submission.job_id if submission else None
     if submission is not None and spec is not None:
         summary = finish_job(iris, submission, spec, what="build",
                              consequence=f"nothing was pushed to {destination}, and the floating "
-                                         f":{tpu.floating_tag} is untouched")  # fmt: skip
+                                         f":{tpu.floating_tag} is untouched",
+                             heartbeat=job_heartbeat(site, submission, spec, what="build", log=log.info))  # fmt: skip
         state = summary.state.value
     tag = f"tpu-{gitsha}"
     digest = registry.resolve(repository=ref.repository, reference=tag)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from resources.git import GitRemotes
+from resources.heartbeat import observe_start
 from resources.iris import IrisCli, JobSpec, JobState
 from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
@@ -95,8 +96,9 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
     from tpu_assets.inspection import verify_image
     config = site.config()
     with failures_shown():
-        built = build_image(commit=context.partition_key, site=config, git=git, iris=iris,
-                            registry=registry, log=context.log)
+        built = build_image(commit=context.partition_key, site=config, git=git, iris=iris, registry=registry,
+                            log=context.log, on_submit=lambda sub: observe_start(context, {"job_id": sub.job_id},
+                                                                                 what="iris build job submitted"))
     findings = verify_image(registry, built=built, tpu=config.tpu, repository=ImageRef.parse(config.tpu.image).repository)
     yield dg.Output(
         built,
@@ -133,7 +135,7 @@ def image(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
 )
 def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, iris: IrisCli,
           image: BuiltImage) -> dg.Output[SmokeResult]:
-    from tpu_assets.build import finish_job
+    from tpu_assets.build import finish_job, job_heartbeat
     config = site.config()
     assert config.iris is not None
     spec = JobSpec(name=f"tpu-smoke-{image.gitsha}", task_image=image.pinned_ref, cpu=4, memory="16GB", disk="50GB",
@@ -144,8 +146,10 @@ def smoke(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes
         # iris bundles the submit directory as /app: the consumer at the built commit, as a datagen launch would.
         with git.checkout(url=config.tpu.consumer_repo, sha=image.consumer_commit) as wt:
             submission = iris.submit(spec=spec, cwd=wt.path)
+        observe_start(context, {"job_id": submission.job_id}, what="iris smoke job submitted")
         summary = finish_job(iris, submission, spec, what="smoke",
-                             consequence=f"{image.pinned_ref} is not verified and will not be promoted")
+                             consequence=f"{image.pinned_ref} is not verified and will not be promoted",
+                             heartbeat=job_heartbeat(config, submission, spec, what="smoke", log=context.log.info))
     job_id = submission.job_id
     result = SmokeResult(task_image=image.pinned_ref, job_id=job_id, state=summary.state.value,
                          exit_code=summary.exit_code, duration_s=round(time.monotonic() - started, 1))

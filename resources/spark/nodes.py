@@ -9,6 +9,7 @@ import shlex
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -426,7 +427,8 @@ class SparkNodes(dg.ConfigurableResource):
             duration_s=round(time.monotonic() - started, 3),
         )  # fmt: skip
 
-    def pipe(self, *, src: str, src_argv: list[str], dsts: list[str], dst_argv: list[str]) -> PipeResult:
+    def pipe(self, *, src: str, src_argv: list[str], dsts: list[str], dst_argv: list[str],
+             progress: Callable[[int], object] | None = None) -> PipeResult:
         """Stream `src_argv`'s stdout on node `src` into `dst_argv`'s stdin on every node in `dsts`,
         in parallel: each chunk is read once and handed to one writer thread per destination through
         a bounded queue, so the slowest destination sets the pace (backpressure) and nothing is
@@ -436,6 +438,8 @@ class SparkNodes(dg.ConfigurableResource):
         of what it produced). Raises PipeFailed (with `.result`) naming the node and exit code when the
         producer exits non-zero or with no output, or any destination fails or got less than all of it.
         A stall longer than command_timeout_s on either side aborts the whole stream.
+
+        `progress` is told the bytes read from the producer so far after every chunk (a heartbeat).
         """
         if not dsts:
             raise SparkError("pipe needs at least one destination node", node=src)
@@ -484,6 +488,8 @@ class SparkNodes(dg.ConfigurableResource):
                     break
                 for feeder in live:
                     feeder.queue.put((chunk, digest_after))
+                if progress is not None:
+                    progress(total)
             for _, _, feeder, _, _ in feeders:
                 feeder.finish()
             try:
@@ -516,7 +522,8 @@ class SparkNodes(dg.ConfigurableResource):
             raise PipeFailed(self._say(f"{shown}: {message}"), node=node, where=where, result=result)
         return result
 
-    def relay(self, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str]) -> Any:
+    def relay(self, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str],
+              progress: Callable[[int], object] | None = None) -> Any:
         """Stream `src_argv`'s stdout on node `src` along `chain`: lockstep sends it to ``chain[0]`` only,
         and every node tees it into its own `load_argv` and into its own OpenSSH client to the next node,
         with the key and known_hosts the site names for that hop (``relay_key``/``relay_known_hosts`` of
@@ -529,7 +536,7 @@ class SparkNodes(dg.ConfigurableResource):
         """
         from resources.spark.relay import run_relay
 
-        return run_relay(self, src=src, src_argv=src_argv, chain=chain, load_argv=load_argv)
+        return run_relay(self, src=src, src_argv=src_argv, chain=chain, load_argv=load_argv, progress=progress)
 
 def spark_for(site: SiteConfig, *, env_vars: bool = False) -> SparkNodes:
     """The SparkNodes a site file describes: its [spark] table, with `root` of local nodes, the

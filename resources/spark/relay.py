@@ -347,8 +347,10 @@ class RelayFailed(SparkError):
 # ---- running it --------------------------------------------------------------------------------------
 
 
-def run_relay(spark: Any, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str]) -> RelayResult:
-    """SparkNodes.relay (`spark` is the resource): connect every hop, stream, read the reports."""
+def run_relay(spark: Any, *, src: str, src_argv: list[str], chain: list[str], load_argv: list[str],
+              progress: Any = None) -> RelayResult:
+    """SparkNodes.relay (`spark` is the resource): connect every hop, stream, read the reports.
+    `progress` is told the bytes sent to the head so far (SparkNodes.pipe's)."""
     if not chain:
         raise SparkError("relay needs at least one node in its chain", node=src)
     if len(set(chain)) != len(chain) or src in chain:
@@ -394,7 +396,7 @@ def run_relay(spark: Any, *, src: str, src_argv: list[str], chain: list[str], lo
             f"{', '.join(f'{h.src} -> {h.dst}' for h, _ in failed)}"
         ), node=hop.src, where=done.where, result=result)  # fmt: skip
     try:
-        piped = spark.pipe(src=src, src_argv=src_argv, dsts=chain[:1], dst_argv=["sh", "-c", script])
+        piped = spark.pipe(src=src, src_argv=src_argv, dsts=chain[:1], dst_argv=["sh", "-c", script], progress=progress)
     except PipeFailed as exc:
         piped = exc.result
     loads, hop_ends = read_reports(piped.dsts[0].stdout, chain, hops)

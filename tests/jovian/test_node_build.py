@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import dagster as dg
 import git
 import pytest
 
@@ -29,10 +31,17 @@ EVERYTHING = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "
 def test_adopted_rev_is_built_gated_distributed_served_and_benched_and_a_bad_bench_never_stays(lab: Lab) -> None:
     """Issue 13's "Done when" 1-2 on one lane (one clean build to go back to): a clean rev end to end;
     then a dead bench pipe; then a rev that benches below the baseline puts the previous image back."""
+    # Heartbeats every second: the build, the distribution and the lane boot write theirs as they go.
+    site = lab.sb.site_file
+    site.write_text(re.sub(r"^heartbeat_s = .*$", "heartbeat_s = 1", site.read_text(), count=1, flags=re.M))
     new_lab_rev(lab.sb.root, "r28")
     result = lab.adopt("r28", build=True)
     assert result.success, failure_message(result)
     assert done(result) == EVERYTHING
+    # Where the build's log is, on jovian/image from the build's start (issue 26).
+    started = lab.instance.fetch_observations(dg.AssetRecordsFilter(asset_key=IMAGE, asset_partitions=["r28"]), limit=2)
+    (facts,) = [{k: v.value for k, v in r.asset_observation.metadata.items()} for r in started.records]  # type: ignore[union-attr]
+    assert facts["node"] == "spark-build" and re.fullmatch(r"lockstep-builds/r28/\w{8}/build\.log", facts["build_log"])
     assert all(e.passed for e in checks(result).values()), {n: e.description for n, e in checks(result).items() if not e.passed}
 
     image: NodeImage = result.asset_value(IMAGE)
