@@ -114,6 +114,7 @@ def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
         return dg.SensorResult(cursor=cursor, run_requests=[dg.RunRequest(
             run_key=f"promote:{newest}",
             run_config={"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": newest, "note": "auto_promote"}}}},
+            tags={"lockstep/by": "auto_promote_sensor"},  # who acted, in the log and the promotion alert
         )])
 
     return auto_promote_sensor
