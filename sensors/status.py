@@ -29,7 +29,7 @@ STATUS_SENSOR = "status_sensor"
 status_spec = dg.AssetSpec(
     STATUS,
     deps=[FLOATING_TAG, VERIFIED_IMAGE, HARBOR_LOCK],
-    group_name="status",
+    group_name="tpu",  # each location's assets are in its own group (tests/test_graph_snapshot.py)
     kinds={"python"},
     description=(
         "What is deployed where, on one page: where `:tpu` is (its digest, build and the harbor it bakes), the "
