@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -22,8 +23,10 @@ from jovian_assets.models import LaneServing
 from lockstep.graphql import Webserver
 from lockstep.status_cmd import plan_text
 from lockstep.status_model import Status
+from resources.git import GitRemotes
+from resources.registry import registry_for
 from sandbox.jovian_world import new_lab_rev
-from sandbox.world import advance_harbor
+from sandbox.world import Sandbox, advance_harbor, site_config
 from sensors.status import build_status_sensor
 from tests.conftest import remote_head
 from tests.jovian.lab import Lab
@@ -32,7 +35,7 @@ from tests.servers import free_port
 from tests.ui.dagster_dev import ROOT, start_process, stop_demo
 from tpu_assets.definitions import defs as tpu_defs
 from tpu_assets.history import verified_history
-from tpu_assets.status import STATUS
+from tpu_assets.status import STATUS, fingerprint, gather_status
 
 pytestmark = pytest.mark.heavy(240)
 
@@ -54,6 +57,24 @@ def recorded(result: dg.SensorResult) -> Status:
 def lockstep(url: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).parent / "lockstep"), "status", "--url", url, *args],
                           capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+def test_an_unreadable_fact_is_named_and_the_rest_still_stands(tmp_path: Path) -> None:
+    """No sandbox behind the site: git refuses the consumer's URL, the registry has no :tpu. The status
+    says which facts are unknown and why, and warns of no mismatch it cannot see; the hash the sensor
+    compares ignores how an unknown fact's reason is worded (a timeout's seconds), not which fact it is."""
+    site = site_config(Sandbox(root=tmp_path))
+    with dg.instance_for_test() as instance:
+        found = gather_status(site, instance, GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=10),
+                              registry_for(site), now=datetime.now(UTC))
+    assert found.tpu.digest is None and found.consumer.head is None and found.newest_build is None
+    assert [e.split(": ", 1)[0] for e in found.errors] == [f"the consumer's uv.lock ({site.tpu.consumer_branch})"]
+    assert "no git command was run" in found.errors[0] and found.warnings == []
+    assert found.rollback is not None and not found.rollback.ok and "unknown" in found.rollback.scopes
+    assert [lane.action for lane in found.lanes] == [""]  # a lane in the site, nothing recorded for it
+    reworded = found.model_copy(update={"errors": [found.errors[0] + " (after 9.8 s)"]})
+    assert fingerprint(reworded) == fingerprint(found)
+    assert fingerprint(found.model_copy(update={"errors": []})) != fingerprint(found)
 
 
 def test_status_after_a_promotion_and_a_jovian_boot_says_what_is_deployed_where(pipeline: Pipeline) -> None:
