@@ -110,6 +110,7 @@ def status(url: str, as_json: bool) -> None:
         sys.exit(OPERATIONAL)
     if as_json:
         click.echo(found.model_dump_json(indent=2))
+        click.echo(f"as of {age(now - found.as_of)} ago, {found.source}", err=True)  # stdout stays JSON
     else:
         click.echo(render(found, now=now))
         fresh = sensor_line(web, now=now)

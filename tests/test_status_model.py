@@ -135,7 +135,8 @@ def test_status_exit_codes_follow_the_warnings_and_a_bad_record_is_an_operationa
     answering(handler, json.loads(a_status().model_dump_json()))
     ok = runner.invoke(status, ["--url", url, "--json"])
     assert ok.exit_code == 0, ok.output
-    assert Status.model_validate_json(ok.output).tpu.digest == DIGEST
+    assert Status.model_validate_json(ok.stdout).tpu.digest == DIGEST
+    assert ok.stderr.startswith("as of ") and ok.stderr.rstrip().endswith("ago, status_sensor")
 
     answering(handler, json.loads(a_status(baked=HARBOR_A, locked=HARBOR_B).model_dump_json()))
     warned = runner.invoke(status, ["--url", url])
