@@ -40,7 +40,7 @@ from resources.registry import ImageRef, Registry
 from resources.secrets import redact
 from resources.site import SiteConfig
 from tpu_assets.harbor_hold import read_hold
-from tpu_assets.history import tag_history, verified_history
+from tpu_assets.history import TagHistory, tag_history, verified_history
 from tpu_assets.lock_assets import HARBOR_LOCK
 from tpu_assets.rollback import VerifiedRecords, current_state
 
@@ -58,11 +58,11 @@ class _Errors(list[str]):
             return default
 
 
-def _tag_hold(moves: object) -> Hold:
-    digest_hold = current_state(moves)  # type: ignore[arg-type]
-    if not digest_hold[1]:
+def _tag_hold(moves: TagHistory) -> Hold:
+    """The tag hold, from the promotion log's newest record (the one that set it says why and when)."""
+    if not current_state(moves)[1]:
         return Hold(held=False)
-    newest = next(iter(moves))  # type: ignore[call-overload]
+    newest = moves[0]
     reason = f"{newest.action} to build {short(newest.build)}" if newest.build else newest.action
     return Hold(held=True, reason=f"{reason}: nothing promotes until release_tpu_hold", since=newest.at or None,
                 by=newest.recorded)
@@ -120,14 +120,14 @@ def _verdict(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, re
 
 
 def _rollback(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, registry: Registry, *,
-              verified: VerifiedRecords, moves: object) -> RollbackFacts:
+              verified: VerifiedRecords, moves: TagHistory) -> RollbackFacts:
     """The default rollback plan, as `lockstep rollback plan` prints it (no build, no must_contain)."""
     from tpu_assets.promotion import plan_for
     from tpu_assets.runtime_rollback import explain_scopes
 
-    plan = plan_for(site, instance, git, registry, verified=verified, moves=moves)  # type: ignore[arg-type]
+    plan = plan_for(site, instance, git, registry, verified=verified, moves=moves)
     try:  # the scopes read the consumer's lock: without git, the plan itself still stands
-        scopes = explain_scopes(site, instance, git, plan, verified=verified, moves=moves)  # type: ignore[arg-type]
+        scopes = explain_scopes(site, instance, git, plan, verified=verified, moves=moves)
     except LockstepError as exc:
         scopes = redact(f"what each scope changes: unknown ({exc})")[:1000]
     return RollbackFacts(target_build=plan.target.build if plan.target else None,

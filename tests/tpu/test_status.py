@@ -159,5 +159,17 @@ def test_status_after_a_promotion_and_a_jovian_boot_says_what_is_deployed_where(
         assert refreshed.success
         newest = Status.model_validate_json(lockstep(url, "--json", env=env).stdout)
         assert newest.source == "refresh_status" and newest.warnings == [warning]
+
+        # A default rollback (scope auto: the older build bakes another harbor than the lock, so both):
+        # :tpu goes back with the tag hold, uv.lock is pinned to its harbor with the harbor hold.
+        rolled = p.tag("rollback")
+        assert rolled.success, failure_message(rolled)
+        held = recorded(tick(p))
+        assert held.tpu.build == older and held.consumer.harbor_commit == harbor[older] and held.warnings == []
+        assert held.tag_hold.held and f"rollback to build {older[:8]}" in held.tag_hold.reason
+        assert held.tag_hold.since is not None
+        assert held.harbor_hold.held and "runtime rollback to build" in held.harbor_hold.reason
+        assert held.harbor_hold.since is not None and held.harbor_hold.by.startswith("run ")
+        assert held.newest_build is not None and [r.rule for r in held.newest_build.refusals][:1] == ["hold"]
     finally:
         stop_demo(web)
