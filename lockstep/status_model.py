@@ -170,9 +170,17 @@ def _hold(name: str, hold: Hold) -> str:
 
 
 def verdict_line(b: NewestBuild) -> str:
-    if b.promotable:
-        return "promotable now" + (f" ({b.attestation})" if b.attestation else "")
-    return "NOT promotable: " + "; ".join(r.rule for r in b.refusals)
+    return "promotable now" if b.promotable else "NOT promotable: " + "; ".join(r.rule for r in b.refusals)
+
+
+def _details(b: NewestBuild) -> list[str]:
+    """Each refusal in the policy's own words, the signature promotion would check, the changelog."""
+    lines = [f"  - {r.message}" for r in b.refusals]
+    if b.attestation:
+        lines.append(f"  attestation: {b.attestation}")
+    if b.changelog:
+        lines.append(f"  changelog: {b.changelog}")
+    return lines
 
 
 def render(status: Status, *, now: float) -> str:
@@ -198,10 +206,7 @@ def render(status: Status, *, now: float) -> str:
     else:
         lines.append(f"newest verified build {short(b.build)} {short(b.digest)} (harbor {short(b.harbor_commit)}, "
                      f"verified {when(b.verified_at)}): {verdict_line(b)}")
-        for r in b.refusals:
-            lines.append(f"  - {r.message}")
-        if b.changelog:
-            lines.append(f"  changelog: {b.changelog}")
+        lines.extend(_details(b))
     r = status.rollback
     if r is not None:
         lines.append("default rollback: " + (f"to build {short(r.target_build)} {short(r.target_digest)}" if r.ok else "no target"))
@@ -230,10 +235,7 @@ def promote_plan(status: Status) -> tuple[str, bool]:
     if b is None:
         return f"promote: no verified build: nothing to put on :{t.tag} (build -> checks -> smoke -> verified first)", False
     lines = [f"promote build {short(b.build)}: :{t.tag} {t.digest or 'nothing'} -> {b.digest}",
-             f"  verdict: {verdict_line(b)}"]
-    lines.extend(f"  - {r.message}" for r in b.refusals)
-    if b.changelog:
-        lines.append(f"  changelog: {b.changelog}")
+             f"  verdict: {verdict_line(b)}", *_details(b)]
     return "\n".join(lines), b.promotable
 
 

@@ -50,6 +50,7 @@ def a_status(**kwargs: object) -> Status:
         harbor_hold=Hold(held=False),
         newest_build=NewestBuild(build="f" * 40, digest=ID_2.replace("2", "9"), harbor_commit=HARBOR_B, verified_at=1.6e9,
                                  promotable=False, refusals=[Refusal(rule="soak", message="soak: wait until 12:00")],
+                                 attestation="attested: referrer signed by trusted key 0123456789abcdef",
                                  changelog="harbor aaaaaaaa -> bbbbbbbb: 2 commits added"),
         rollback=RollbackFacts(target_build="1" * 40, target_digest=DIGEST, explanation=":tpu is at x.\n  build 11111111: -> TARGET",
                                scopes="What each scope changes:\n  image: ..."),
@@ -159,7 +160,7 @@ def test_plan_text_answers_promote_and_rollback_from_the_record(webserver: tuple
     answering(handler, json.loads(a_status().model_dump_json()))
     promote, may = plan_text(Webserver(url), action="promote")
     assert not may and "promote build ffffffff" in promote and "soak: wait until 12:00" in promote
-    assert "changelog: harbor aaaaaaaa -> bbbbbbbb" in promote
+    assert "changelog: harbor aaaaaaaa -> bbbbbbbb" in promote and "attestation: attested: referrer" in promote
     rollback, target = plan_text(Webserver(url), action="rollback")
     assert target and "rollback to build 11111111" in rollback and "-> TARGET" in rollback
     assert "What each scope changes" in rollback

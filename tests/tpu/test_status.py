@@ -102,6 +102,7 @@ def test_status_after_a_promotion_and_a_jovian_boot_says_what_is_deployed_where(
     assert status.newest_build is not None and status.newest_build.build == newer
     assert [r.rule for r in status.newest_build.refusals] == ["already"] and not status.newest_build.promotable
     assert status.newest_build.changelog.startswith("harbor: unchanged at")
+    assert status.newest_build.attestation.startswith("attested: ")  # the sandbox signs what it verifies
     # The default rollback goes back to the older build, in the planner's own words.
     assert status.rollback is not None and status.rollback.target_build == older
     assert "-> TARGET" in status.rollback.explanation and "default (auto)" in status.rollback.scopes
