@@ -14,6 +14,7 @@ import click
 from lockstep.deploy_cmd import deploy
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
+from lockstep.status_cmd import status
 from resources.errors import LockstepError
 
 if TYPE_CHECKING:  # the sandbox is imported by the commands that use it, not at CLI start
@@ -575,3 +576,4 @@ def lab_dep_table(tree: Path) -> None:
 main.add_command(site_group)
 main.add_command(preflight)
 main.add_command(deploy)
+main.add_command(status)
