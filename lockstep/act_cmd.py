@@ -50,8 +50,8 @@ FOLLOW_S = 3600.0
 # -- checking what was given --------------------------------------------------------------------------
 
 
-def _sha(value: str, hint: str) -> str:
-    if value and not SHA_PREFIX.match(value):
+def _sha(value: str, hint: str, *, required: bool = False) -> str:
+    if (value or required) and not SHA_PREFIX.match(value):
         raise click.BadParameter(f"{value!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)",
                                  param_hint=hint)
     return value
@@ -390,7 +390,7 @@ def build() -> None:
 def build_reject(sha: str, reason: str, by: str, url: str, as_json: bool) -> None:
     """Reject BUILD (a tpu_builds commit sha or its prefix): launches reject_tpu_build. Exit 0 recorded,
     1 refused, 3 failed (e.g. already rejected, no such build) or unreachable."""
-    _sha(sha, "BUILD")
+    _sha(sha, "BUILD", required=True)
     reason = _text(reason, "--reason", required=True)
     run_job(url=url, job="reject_tpu_build", op="reject_build", by=who(by), command="build reject", as_json=as_json,
             config={"build": sha, "reason": reason}, moves_tag=False)
@@ -403,7 +403,7 @@ def build_reject(sha: str, reason: str, by: str, url: str, as_json: bool) -> Non
 @_json
 def build_release(sha: str, by: str, url: str, as_json: bool) -> None:
     """Undo `lockstep build reject BUILD`: launches release_tpu_build; it may be promoted again."""
-    _sha(sha, "BUILD")
+    _sha(sha, "BUILD", required=True)
     run_job(url=url, job="release_tpu_build", op="release_build", by=who(by), command="build release",
             as_json=as_json, config={"build": sha}, moves_tag=False)
 
