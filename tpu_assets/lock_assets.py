@@ -1,7 +1,5 @@
 """`tpu/harbor_head` and `tpu/harbor_lock`: the runtime gate for a harbor change is the consumer's uv.lock."""
 
-from collections.abc import Mapping
-
 import dagster as dg
 from pydantic import Field
 
@@ -25,18 +23,10 @@ class HarborLockConfig(dg.Config):
         default=False,
         description="Release the harbor hold a runtime rollback set: follow the harbor branch again and re-lock to its tip.",
     )
-    by: str = Field(default="", description=(
-        "release_hold: who releases it; empty: the run's `lockstep/by` tag (the lockstep command), else `dagster/user`."))
 
 
 class HarborHeld(LockstepError):
     """A re-lock while a runtime rollback holds harbor (or a release with no hold); nothing was pushed."""
-
-
-def released_by(config: HarborLockConfig, tags: Mapping[str, str]) -> str:
-    """Who releases the hold: the config's `by`, else the run's tags (the lockstep command's, Dagster+'s);
-    a launch that says none (the OSS launchpad) is recorded as unknown rather than refused."""
-    return (config.by or tags.get("lockstep/by") or tags.get("dagster/user") or "").strip() or "unknown"
 
 
 harbor_head = dg.AssetSpec(
@@ -94,11 +84,8 @@ def harbor_lock(context: dg.AssetExecutionContext, config: HarborLockConfig, sit
     if config.release_hold:
         if not held.held:
             raise HarborHeld("there is no harbor hold to release (tpu/harbor_lock's newest record sets none): nothing was pushed")
-        by = released_by(config, context.run.tags)
-        context.log.info(f"harbor hold released by {by} (was: {held.reason})")
         lock = release_runtime(tpu=cfg.tpu, git=git, uv=uv, author=cfg.site.commit_author)
-        hold = hold_entries(action="release_hold", held=False, reason=f"released by {by} (was: {held.reason})")
-        hold["by"] = dg.MetadataValue.text(by)
+        hold = hold_entries(action="release_hold", held=False, reason=f"released (was: {held.reason})")
     else:
         if held.held:
             raise HarborHeld(f"harbor is on hold ({held.reason}): run release_harbor_hold to re-lock to the tip; "
