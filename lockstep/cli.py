@@ -16,6 +16,7 @@ from lockstep.deploy_cmd import deploy
 from lockstep.exits import EXIT_CODES_HELP, NegativeAnswer, OperationalError
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
+from lockstep.status_cmd import status
 from resources.errors import LockstepError
 
 if TYPE_CHECKING:  # the sandbox is imported by the commands that use it, not at CLI start
@@ -532,5 +533,6 @@ def lab_dep_table(tree: Path) -> None:
 main.add_command(site_group)
 main.add_command(preflight)
 main.add_command(deploy)
+main.add_command(status)
 for _command in ACT_COMMANDS:
     main.add_command(_command)

@@ -26,6 +26,7 @@ from resources.uv import UvCli
 from sensors.alerts import build_alert_sensor
 from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
+from sensors.status import build_status_sensor, refresh_status, status_spec
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
 from tpu_assets.image_assets import image, smoke, verified_image
 from tpu_assets.lock_assets import (
@@ -99,7 +100,8 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
     resources = tpu_resources(site)
     return dg.Definitions(
         assets=with_owners(
-            [harbor_head, harbor_lock, image, smoke, verified_image, floating_tag], location_owners(site, "tpu")
+            [harbor_head, harbor_lock, image, smoke, verified_image, floating_tag, status_spec],
+            location_owners(site, "tpu"),
         ),
         asset_checks=[
             lock_and_dockerfile_agree,
@@ -108,12 +110,13 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             floating_tag_bakes_locked_harbor,
         ],
         jobs=[relock_harbor, release_harbor_hold, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold,
-              reject_tpu_build, release_tpu_build],
+              reject_tpu_build, release_tpu_build, refresh_status],
         sensors=[
             harbor_sensor(resources),
             consumer_rebuild_sensor(resources),
             build_auto_promote_sensor(job_name=promote_tpu.name),
             build_floating_tag_watch(),
+            build_status_sensor(git=resources["git"]),
             # The one alert path (the event log is the instance's, not a location's: a second copy would
             # post every event twice).
             build_alert_sensor(),

@@ -1,0 +1,88 @@
+"""status_sensor: what is deployed where, recomputed each minute and recorded only when it changed.
+
+Each tick gathers the status (tpu_assets/status.py: the instance's records, one registry resolve, the
+consumer's uv.lock from git) and compares its hash with the newest recorded `lockstep/status`
+observation's: equal, it skips saying so; different, it returns the new observation. So the event log
+holds one record per change, and the newest one is what the webserver serves to `lockstep status`
+(no dagster import, no database access on the reader's side). `refresh_status` (a job) records one at
+once, when a person will not wait for the next tick.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the op's context annotation at definition time.
+
+import dagster as dg
+
+from resources.errors import LockstepError
+from resources.git import GitRemotes
+from resources.registry import Registry
+from resources.site import SiteResource
+from sensors.harbor import default_sensor_status
+from sensors.tick_resources import for_ticks, tick_budget
+from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
+from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.promotion_policy import utc
+from tpu_assets.rejection_assets import now_utc
+from tpu_assets.status import STATUS, fingerprint, gather_status, newest_status_hash, status_observation
+
+STATUS_SENSOR = "status_sensor"
+
+status_spec = dg.AssetSpec(
+    STATUS,
+    deps=[FLOATING_TAG, VERIFIED_IMAGE, HARBOR_LOCK],
+    group_name="status",
+    kinds={"python"},
+    description=(
+        "What is deployed where, on one page: where `:tpu` is (its digest, build and the harbor it bakes), the "
+        "harbor the consumer's uv.lock makes workers install (read live), the tag hold and the harbor hold, the "
+        "newest verified build and whether a promote may take it now (soak, freeze, rejection, attestation) "
+        "with its harbor changelog, the default rollback target and why, and the lane: its rev, the image ID "
+        "each node serves against the rev's distributed one, ready since, last score against baseline. A "
+        "WARNING line for each mismatch. Observed by status_sensor (each minute, recorded only when something "
+        "changed) or at once by the refresh_status job; `lockstep status [--json]` prints the newest record."
+    ),
+)
+
+
+def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> dg.SensorDefinition:
+    """The sensor over the location's `git` resource object (sensors/tick_resources.py); the site and the
+    registry (its token is an EnvVar) through Dagster's resource init, as floating_tag_watch takes them."""
+    git_res = for_ticks(git, GitRemotes, key="git")
+
+    @dg.sensor(
+        name=STATUS_SENSOR,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_sensor_status(),
+        description=(
+            "Recomputes what is deployed where (lockstep/status) each tick, inside the site's [timeouts] "
+            "sensor_tick_s, and records it as an observation only when it differs from the newest recorded "
+            "one (compared by hash, the time left out). Unchanged: a skip reason. Starts no runs."
+        ),
+    )
+    def status_sensor(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SensorResult:
+        with tick_budget(site):
+            try:
+                cfg = site.config()
+            except LockstepError as exc:
+                return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+            status = gather_status(cfg, context.instance, git_res, registry, now=now_utc())
+        digest = fingerprint(status)
+        if digest == newest_status_hash(context.instance):
+            return dg.SensorResult(cursor=digest, skip_reason=(
+                f"unchanged ({len(status.warnings)} warnings, {len(status.errors)} unknown facts): nothing recorded"))
+        return dg.SensorResult(cursor=digest, asset_events=[status_observation(status)])
+
+    return status_sensor
+
+
+@dg.op(name="refresh_status", description="Gather what is deployed where now and record it (lockstep/status).")
+def refresh_status_op(context: dg.OpExecutionContext, site: SiteResource, git: GitRemotes, registry: Registry) -> None:
+    status = gather_status(site.config(), context.instance, git, registry, now=now_utc(), source="refresh_status")
+    context.log_event(status_observation(status))
+    context.log.info(f"status as of {utc(status.as_of).isoformat()}: {len(status.warnings)} warnings, "
+                     f"{len(status.errors)} unknown facts")
+
+
+@dg.job(name="refresh_status", description=(
+    "Record what is deployed where now (lockstep/status), without waiting for status_sensor's next tick."))
+def refresh_status() -> None:
+    refresh_status_op()
