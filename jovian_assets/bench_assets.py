@@ -131,6 +131,7 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
                          perf=perf, verdict=verdict, baseline_rev=baseline.rev if baseline else None, report_path=rel,
                          night_shift_path=night, build_commit=commit, restored=restored)
     yield dg.Output(result, metadata={
+        "lane": dg.MetadataValue.text(lane.name),
         "score": dg.MetadataValue.int(quality.final_score),
         "graded": dg.MetadataValue.text(quality.graded_text),
         "completion_rate": dg.MetadataValue.float(quality.completion_rate),

@@ -14,8 +14,13 @@ from pydantic import Field, HttpUrl, model_validator
 from resources.site_fields import Table
 from resources.site_rules import KeyRefused, refuse
 
-AlertKind = Literal["run_failure", "check_failure", "hold", "tag_moved", "branch_gone"]
-ALL_KINDS: tuple[AlertKind, ...] = ("run_failure", "check_failure", "hold", "tag_moved", "branch_gone")
+AlertKind = Literal["run_failure", "check_failure", "hold", "tag_moved", "branch_gone",
+                    "promotion", "rollback", "verified_build_waiting", "rev_adopted", "bench_filed", "check_warned"]
+# Bad news: something needs a person. Good news (and a WARN): something a person wants to know happened.
+BAD_NEWS: tuple[AlertKind, ...] = ("run_failure", "check_failure", "hold", "tag_moved", "branch_gone")
+GOOD_NEWS: tuple[AlertKind, ...] = ("promotion", "rollback", "verified_build_waiting", "rev_adopted", "bench_filed",
+                                    "check_warned")
+ALL_KINDS: tuple[AlertKind, ...] = BAD_NEWS + GOOD_NEWS
 
 
 class Webhook(Table):
@@ -25,10 +30,14 @@ class Webhook(Table):
         description="Shown in logs instead of the URL, e.g. 'ops-slack'.")
     url_env: str = Field(description="NAME of the environment variable holding the webhook URL (a secret).")
     events: list[AlertKind] | None = Field(
-        default=None, description=f"Only these kinds ({', '.join(ALL_KINDS)}); unset: all of them.")
+        default=None, description=(
+            f"Only these kinds ({', '.join(ALL_KINDS)}); unset: all of them, the good news too. A pager that "
+            f"wants only what needs a person lists {', '.join(BAD_NEWS)}."))
 
-    def wants(self, kind: str) -> bool:
-        return self.events is None or kind in self.events
+    def wants(self, *kinds: str) -> bool:
+        """Whether this webhook takes an alert of any of `kinds` (an alert may stand for two: a rollback
+        that set the hold is a `rollback` and a `hold`)."""
+        return self.events is None or any(kind in self.events for kind in kinds)
 
 
 class AlertsSection(Table):

@@ -1,9 +1,10 @@
 """alert_sensor: one path from the event log (and the watched branches) to the site's webhooks.
 
-Run failures, holds set and released, and tag moves made outside lockstep are read from the event
-log after the cursor's storage id; each failed run's failed blocking checks from that run's own log
-(run-failure sensors do not fire for a failed check: dagster-io/dagster #29896); a watched branch that
-vanished is found with one ls-remote per branch.
+Run failures, holds set and released, tag moves (lockstep's promotions and rollbacks, and those made
+outside it), verified builds, adopted lab revs and filed benches are read from the event log after the
+cursor's storage id; each finished run's failed checks (blocking ones fail the run, WARN ones do not)
+from that run's own log (run-failure sensors do not fire for a failed check: dagster-io/dagster
+#29896); a watched branch that vanished is found with one ls-remote per branch.
 The cursor only moves past an event once every webhook that wants it took it, so a receiver that is
 down gets the event on a later tick; after MAX_FAILED_TICKS ticks of refusals the event is given up
 (a warning in the tick's log), so one broken receiver cannot stop every later alert.
@@ -18,12 +19,18 @@ import dagster as dg
 from pydantic import Field
 
 from resources.alerts import (
+    BENCH_REPORT,
+    BUILD_PROFILE,
     HARBOR_LOCK,
     Alert,
     AlertNotDelivered,
     alert_for,
+    bench_alert,
     branch_gone_alert,
+    check_warned_alert,
     deliver,
+    rev_adopted_alert,
+    verified_waiting_alert,
 )
 from resources.errors import LockstepError
 from resources.git import GitRemotes
@@ -32,7 +39,8 @@ from resources.secrets import redact
 from resources.site import SiteConfig, SiteResource
 from resources.site_alerts import AlertsSection, Webhook
 from sensors.harbor import default_sensor_status
-from tpu_assets.history import FLOATING_TAG
+from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history
+from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
 
 MAX_FAILED_TICKS = 3
 _PAGE = 100
@@ -53,17 +61,20 @@ def _pages(instance: dg.DagsterInstance, after: int) -> list[Sequence[dg.EventLo
     """One page of each kind of record after `after`, oldest first.
 
     Failed checks are not queried across runs: on the default (run-sharded) SQLite storage a check
-    evaluation lives only in its run's shard, and storage ids are not global there. A failed blocking
-    check fails its run, so they are read from each failed run's own log (`_alerts`).
+    evaluation lives only in its run's shard, and storage ids are not global there. Every check runs in
+    a run, so they are read from each finished (failed or succeeded) run's own log (`_alerts`): the same
+    on SQLite and Postgres.
     """
     def assets(key: dg.AssetKey) -> Sequence[dg.EventLogRecord]:
         return instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_storage_id=after),
                                                limit=_PAGE, ascending=True).records
 
-    runs = instance.fetch_run_status_changes(
-        dg.RunStatusChangeRecordsFilter(event_type=dg.DagsterEventType.RUN_FAILURE, after_storage_id=after),
-        limit=_PAGE, ascending=True).records
-    return [runs, assets(FLOATING_TAG), assets(HARBOR_LOCK)]
+    def runs(status: dg.DagsterEventType) -> Sequence[dg.EventLogRecord]:
+        return instance.fetch_run_status_changes(
+            dg.RunStatusChangeRecordsFilter(event_type=status, after_storage_id=after), limit=_PAGE, ascending=True).records
+
+    return [runs(dg.DagsterEventType.RUN_FAILURE), runs(dg.DagsterEventType.RUN_SUCCESS),
+            *(assets(key) for key in (FLOATING_TAG, HARBOR_LOCK, VERIFIED_IMAGE, BUILD_PROFILE, BENCH_REPORT))]
 
 
 def new_records(instance: dg.DagsterInstance, after: int) -> list[dg.EventLogRecord]:
@@ -75,23 +86,76 @@ def new_records(instance: dg.DagsterInstance, after: int) -> list[dg.EventLogRec
     return sorted(records, key=lambda r: r.storage_id)
 
 
-def _alerts(instance: dg.DagsterInstance, alerts: AlertsSection, record: dg.EventLogRecord) -> list[Alert]:
-    """What one record calls for: a failed run's failed blocking checks (each names the run: one alert per
-    incident, not a second one for the run they failed), else the run itself."""
-    entry = record.event_log_entry
-    checks: list[Alert] = []
-    if entry.dagster_event is not None and entry.dagster_event.event_type == dg.DagsterEventType.RUN_FAILURE:
+def _first_of_partition(instance: dg.DagsterInstance, record: dg.EventLogRecord) -> bool:
+    """Whether `record` is its asset partition's first materialization: a build verified again, a rev
+    adopted again, is not news twice."""
+    key, partition = record.asset_key, record.partition_key
+    if key is None or partition is None:
+        return True
+    earlier = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition], before_storage_id=record.storage_id),
+        limit=1).records
+    return not earlier
+
+
+def _adopted_before(instance: dg.DagsterInstance, record: dg.EventLogRecord, alerts: AlertsSection) -> bool:
+    """Whether the rev's profile was written by an earlier build_profile record (one that was not refused)."""
+    earlier = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=BUILD_PROFILE, asset_partitions=[record.partition_key or ""],
+                              before_storage_id=record.storage_id), limit=_PAGE).records
+    return any(rev_adopted_alert(alerts, r.event_log_entry) is not None for r in earlier)
+
+
+def _waiting(instance: dg.DagsterInstance, site: SiteConfig, record: dg.EventLogRecord) -> Alert | None:
+    """A build's first verified record, unless the tag is at that build by the time the tick reads it
+    (auto_promote got there first: the promotion says so). The verdict is the auto_promote rule's."""
+    if not _first_of_partition(instance, record):
+        return None
+    newest = next(iter(tag_history(instance, first=1)), None)
+    build = record.partition_key or ""
+    if newest is not None and newest.build == build:
+        return None
+    if newest is not None and newest.hold:
+        verdict = f"`:{site.tpu.floating_tag}` is on hold after a rollback: release_tpu_hold first, then promote_tpu."
+    elif refused := auto_promote_refusal(instance, site.tpu.promotion, record, now=now_utc()):
+        verdict = f"Not promotable now: {refused}"
+    elif site.tpu.auto_promote:
+        verdict = "Promotable now: auto_promote_sensor promotes the newest verified build on its next tick."
+    else:
+        verdict = "Promotable now: run promote_tpu."
+    return verified_waiting_alert(site.alerts, record.event_log_entry, tag=site.tpu.floating_tag,
+                                  at_tag=newest.build if newest is not None else None, verdict=verdict)
+
+
+def _alerts(instance: dg.DagsterInstance, site: SiteConfig, record: dg.EventLogRecord) -> list[Alert]:
+    """What one record calls for. A finished run: its failed blocking checks (each names the run: one
+    alert per incident, not a second one for the run they failed), else the run itself if it failed;
+    and its failed WARN checks, one alert per evaluation. An asset record: its own alert, if any."""
+    alerts, entry, key = site.alerts, record.event_log_entry, record.asset_key
+    event = entry.dagster_event
+    if event is not None and event.event_type in (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS):
         evaluations = instance.all_logs(entry.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         checks = [a for e in evaluations if (a := alert_for(alerts, e)) is not None]
-    own = alert_for(alerts, entry)
-    return checks or ([own] if own is not None else [])
+        warned = [a for e in evaluations if (a := check_warned_alert(alerts, e)) is not None]
+        own = alert_for(alerts, entry)
+        return (checks or ([own] if own is not None else [])) + warned
+    if key == VERIFIED_IMAGE:
+        waiting = _waiting(instance, site, record)
+        return [waiting] if waiting is not None else []
+    if key == BUILD_PROFILE:
+        adopted = rev_adopted_alert(alerts, entry)
+        return [adopted] if adopted is not None and not _adopted_before(instance, record, alerts) else []
+    if key == BENCH_REPORT:
+        return [bench_alert(alerts, entry)]
+    own = alert_for(alerts, entry, tag=site.tpu.floating_tag)
+    return [own] if own is not None else []
 
 
 def _send(context: dg.SensorEvaluationContext, hooks: list[Webhook], alert: Alert, already: list[str]) -> list[str]:
     """Deliver to every hook that wants the alert and has not taken it; the names that took it."""
     took = list(already)
     for hook in hooks:
-        if hook.name in took or not hook.wants(alert.kind):
+        if hook.name in took or not hook.wants(*alert.kinds):
             continue
         url = os.environ.get(hook.url_env, "")
         if not url:
@@ -107,7 +171,7 @@ def _send(context: dg.SensorEvaluationContext, hooks: list[Webhook], alert: Aler
 
 
 def _wanting(hooks: list[Webhook], alert: Alert) -> set[str]:
-    return {h.name for h in hooks if h.wants(alert.kind) and os.environ.get(h.url_env)}
+    return {h.name for h in hooks if h.wants(*alert.kinds) and os.environ.get(h.url_env)}
 
 
 def _branches(site: SiteConfig) -> list[tuple[str, str, str, str]]:
@@ -125,7 +189,9 @@ def build_alert_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorDefini
         description=(
             "Posts to the site's [[alerts.webhook]]s, once per event: a failed run, a failed blocking check, a "
             "hold set or released (floating tag, harbor), a floating-tag move made outside lockstep, a watched "
-            "branch (harbor, lab) that no longer exists. The cursor is an event-log storage id: it moves past "
+            "branch (harbor, lab) that no longer exists; and the good news: a promotion, a rollback, a verified "
+            "build waiting for promotion, an adopted lab rev, a filed bench, and a failed WARN check. "
+            "The cursor is an event-log storage id: it moves past "
             f"an event once every webhook took it, or after {MAX_FAILED_TICKS} ticks of refusals."
         ),
     )
@@ -156,7 +222,7 @@ def build_alert_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorDefini
             cursor.gone[which] = gone
         for record in new_records(context.instance, cursor.after):
             refused = False
-            for i, alert in enumerate(_alerts(context.instance, alerts, record)):
+            for i, alert in enumerate(_alerts(context.instance, config, record)):
                 already = [n.partition(":")[2] for n in cursor.sent if n.startswith(f"{i}:")]
                 took = _send(context, hooks, alert, already)
                 cursor.sent = sorted({*cursor.sent, *(f"{i}:{n}" for n in took)})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TypeVar, overload
 
@@ -40,6 +40,11 @@ _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 T = TypeVar("T")
 # An intent observation says so in its metadata: it is not a move, and must never be read as one.
 RECORD_KIND = "lockstep_record"
+# Who acted on a move or a hold, as a run tag (a launcher that knows the person sets it) and metadata key.
+BY_TAG = "lockstep/by"
+USER_TAG = "dagster/user"
+BY = "by"
+MAX_BY = 100
 INTENT = "intent"
 
 
@@ -272,13 +277,25 @@ def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None, *,
     return state
 
 
+def acted_by(configured: str, tags: Mapping[str, str]) -> str:
+    """Who acts on the floating tag or the harbor hold: the config's `by`, else the run's `lockstep/by`
+    tag, else its `dagster/user` tag (Dagster+ sets it), else "". One printable line: it goes into
+    alerts and the run log as written."""
+    who = configured.strip() or tags.get(BY_TAG, "").strip() or tags.get(USER_TAG, "").strip()
+    line = who.splitlines()[0] if who else ""
+    return "".join(c if c.isprintable() else "?" for c in line)[:MAX_BY]
+
+
 def move_metadata(site: SiteConfig, move: TagMove, *, note: str = "", must_contain: str = "",
-                  plan_text: str = "") -> dict[str, dg.MetadataValue]:
-    """One promotion-log record as metadata (what `tag_history` reads back), with a summary for the UI."""
+                  plan_text: str = "", by: str = "") -> dict[str, dg.MetadataValue]:
+    """One promotion-log record as metadata (what `tag_history` reads back), with a summary for the UI.
+    `by`: who acted (empty for a move nobody named, e.g. one the watch found)."""
     tpu = site.tpu
     summary = f"**{move.action}** `:{tpu.floating_tag}` {move.from_digest or 'nothing'} -> {move.to_digest or 'nothing'}"
     if move.build:
         summary += f" (build {move.build[:8]})"
+    if by:
+        summary += f" by {by}"
     if move.hold:
         summary += "\n\nHOLD set: nothing promotes until `release_tpu_hold` runs."
     if move.recorded:
@@ -294,6 +311,7 @@ def move_metadata(site: SiteConfig, move: TagMove, *, note: str = "", must_conta
         "note": dg.MetadataValue.text(note),
         "must_contain": dg.MetadataValue.text(must_contain),
         "recorded": dg.MetadataValue.text(move.recorded),
+        BY: dg.MetadataValue.text(by),
         "summary": dg.MetadataValue.md(summary),
     }
 

@@ -9,6 +9,7 @@ from resources.links import commit_entries
 from resources.site import SiteConfig, SiteResource
 from resources.uv import UvCli
 from tpu_assets.harbor_hold import hold_entries, read_hold
+from tpu_assets.history import BY, acted_by
 from tpu_assets.lock_checks import pins_agree, version_moved
 from tpu_assets.models import Finding, HarborLock
 from tpu_assets.partitions import tpu_builds
@@ -23,6 +24,9 @@ class HarborLockConfig(dg.Config):
         default=False,
         description="Release the harbor hold a runtime rollback set: follow the harbor branch again and re-lock to its tip.",
     )
+    by: str = Field(default="", description=(
+        "release_hold: who releases it, kept on the record and named in the alert; empty: the run's "
+        "`lockstep/by` tag, else its `dagster/user` tag."))
 
 
 class HarborHeld(LockstepError):
@@ -85,7 +89,10 @@ def harbor_lock(context: dg.AssetExecutionContext, config: HarborLockConfig, sit
         if not held.held:
             raise HarborHeld("there is no harbor hold to release (tpu/harbor_lock's newest record sets none): nothing was pushed")
         lock = release_runtime(tpu=cfg.tpu, git=git, uv=uv, author=cfg.site.commit_author)
-        hold = hold_entries(action="release_hold", held=False, reason=f"released (was: {held.reason})")
+        by = acted_by(config.by, context.run.tags)
+        context.log.info(f"harbor hold released by {by or 'nobody named (set `by` in the config)'}")
+        hold = hold_entries(action="release_hold", held=False, reason=f"released (was: {held.reason})") | {
+            BY: dg.MetadataValue.text(by)}
     else:
         if held.held:
             raise HarborHeld(f"harbor is on hold ({held.reason}): run release_harbor_hold to re-lock to the tip; "

@@ -23,6 +23,7 @@ from tpu_assets.history import (
     FLOATING_TAG,
     PROMOTE_FIRST,
     VERIFIED_IMAGE,
+    acted_by,
     intent_observation,
     log_state,
     move_materialization,
@@ -56,6 +57,9 @@ class FloatingTagConfig(dg.Config):
     must_contain: str = Field(default="", description=(
         "rollback: a harbor commit the target must contain (the fix); promote and rollback: marked in the changelog."))
     note: str = Field(default="", description="Why, in a person's words; kept in the promotion log.")
+    by: str = Field(default="", description=(
+        "Who acts, kept in the promotion log and named in the alert; empty: the run's `lockstep/by` tag, else "
+        "its `dagster/user` tag (set by Dagster+)."))
     scope: Scope = Field(
         default="auto",
         description=(
@@ -96,6 +100,9 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
     from tpu_assets.attestation import require_attestation
     from tpu_assets.changelog import move_changelog
     cfg = site.config()
+    by = acted_by(config.by, context.run.tags)
+    context.log.info(f"{config.action} by {by or 'nobody named (set `by` in the config)'}"
+                     + (f": {config.note}" if config.note else ""))
     repository, tag, run_id = ImageRef.parse(cfg.tpu.image).repository, cfg.tpu.floating_tag, context.run.run_id
     if config.action == "rollback" and config.scope == "runtime":
         runtime_only(context, cfg, git, uv, verified=verified_history(context.instance),
@@ -170,7 +177,8 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
         # (tests/tpu/test_floating_tag_log.py proves it), so the next writer reads it.
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(ours.to_digest or "none"),
-            metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text),
+            metadata={**move_metadata(cfg, ours, note=config.note, must_contain=config.must_contain, plan_text=plan_text,
+                                    by=by),
                       **changes, **override_entries(override),
                       **({"attestation": dg.MetadataValue.text(attested)} if attested else {})},
         )
