@@ -201,12 +201,18 @@ def _registry_and_ref(ref: str):  # type: ignore[no-untyped-def]
 
 @image.command("digest")
 @click.argument("ref")
-def image_digest(ref: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"ref", "digest", "absent"} instead.')
+def image_digest(ref: str, as_json: bool) -> None:
     """Print the digest REF points at (exit 1 when it does not exist)."""
+    import json
+
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
     digest = _guard(lambda: registry.resolve(repository=parsed.repository, reference=parsed.reference))
+    why = None if digest else _guard(lambda: registry.absence(repository=parsed.repository, reference=parsed.reference))
+    if as_json:
+        click.echo(json.dumps({"ref": ref, "digest": digest, "absent": why}))
+        sys.exit(0 if digest else 1)
     if digest is None:
-        why = _guard(lambda: registry.absence(repository=parsed.repository, reference=parsed.reference))
         raise NegativeAnswer(f"{ref}: not in the registry ({why})")
     click.echo(digest)
 

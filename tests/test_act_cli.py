@@ -251,6 +251,9 @@ def test_an_operational_error_exits_3_and_a_missing_image_1(monkeypatch: pytest.
     monkeypatch.setattr(cli, "_registry_and_ref", lambda ref: (NoTag(), cli._image_ref(ref), None))
     missing = lockstep("image", "digest", "127.0.0.1:5000/tpu:nope")
     assert missing.exit_code == 1 and "not in the registry (manifest unknown)" in missing.output
+    shown = lockstep("image", "digest", "--json", "127.0.0.1:5000/tpu:nope")
+    assert shown.exit_code == 1 and json.loads(shown.output) == {
+        "ref": "127.0.0.1:5000/tpu:nope", "digest": None, "absent": "manifest unknown"}
 
 
 def test_the_command_line_starts_without_dagster() -> None:
