@@ -132,11 +132,13 @@ def follow(web: Webserver, run_id: str, *, echo: bool) -> tuple[str, list[str], 
             break
         if item.error_classes:
             classes.extend(item.error_classes)
-            failures.append(item.message)
+            failures.append((item.error_message or item.message)[:MAX_LINE_CHARS])
         if not echo or item.level == "DEBUG":
             continue
         if shown < MAX_LINES:
             click.echo(_line(item))
+            if item.error_message:  # a failure's message is only "step failed": say what the op raised
+                click.echo(f"{'':<7} {item.error_message[:MAX_LINE_CHARS]}")
             shown += 1
         else:
             skipped += 1
@@ -163,7 +165,9 @@ def run_job(*, url: str, job: str, op: str, config: Mapping[str, object], by: st
     try:
         run_id, note = launch(web, job=job, op=op, config=config, by=by, command=command)
     except LockstepError as exc:
-        raise OperationalError(f"{job} was not launched: {exc}") from None
+        hint = (f" (is the {LOCATION} code location loaded, and this lockstep's version? Deployment on {web.url})"
+                if "NotFoundError" in str(exc) else "")
+        raise OperationalError(f"{job} was not launched: {exc}{hint}") from None
     run_url = f"{web.url}/runs/{run_id}"
     if not as_json:
         click.echo(f"{command}: launched {job} as {by}: {run_url}")
@@ -180,7 +184,7 @@ def run_job(*, url: str, job: str, op: str, config: Mapping[str, object], by: st
     if as_json:
         click.echo(json.dumps({"command": command, "job": job, "run_id": run_id, "status": status, "url": run_url,
                                "by": by, "outcome": outcome, "move": move,
-                               "errors": [f[:MAX_LINE_CHARS] for f in failures]}))
+                               "errors": failures}))
     else:
         if move:
             click.echo(f"{move.get('action')}: {move.get('from_digest') or 'nothing'} -> "

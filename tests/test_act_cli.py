@@ -159,8 +159,9 @@ def test_a_refusal_is_a_negative_answer_and_a_crash_an_operational_error(
     result = lockstep("promote", "--by", "alice")
     assert result.exit_code == code, result.output
     assert f"FAILURE: {outcome}" in result.output
+    assert f"\n        {classes[-1]}: said\n" in result.output  # what the op raised, not only "step failed"
     shown = json.loads(lockstep("promote", "--by", "alice", "--json").output)
-    assert shown["outcome"] == outcome and shown["errors"] == ["Execution of step failed."]
+    assert shown["outcome"] == outcome and shown["errors"] == [f"{classes[-1]}: said"]
 
 
 def test_a_canceled_run_and_an_unreachable_webserver_exit_3(web: type[FakeWeb]) -> None:
