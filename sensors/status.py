@@ -29,7 +29,7 @@ STATUS_SENSOR = "status_sensor"
 status_spec = dg.AssetSpec(
     STATUS,
     deps=[FLOATING_TAG, VERIFIED_IMAGE, HARBOR_LOCK],
-    group_name="status",
+    group_name="tpu",  # each location's assets are in its own group (tests/test_graph_snapshot.py)
     kinds={"python"},
     description=(
         "What is deployed where, on one page: where `:tpu` is (its digest, build and the harbor it bakes), the "
@@ -74,7 +74,7 @@ def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> d
     return status_sensor
 
 
-@dg.op(name="refresh_status", description="Gather what is deployed where now and record it (lockstep/status).")
+@dg.op(name="record_status", description="Gather what is deployed where now and record it (lockstep/status).")
 def refresh_status_op(context: dg.OpExecutionContext, site: SiteResource, git: GitRemotes, registry: Registry) -> None:
     status = gather_status(site.config(), context.instance, git, registry, now=now_utc(), source="refresh_status")
     context.log_event(status_observation(status))

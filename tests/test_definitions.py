@@ -31,17 +31,21 @@ def dagster_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subpro
 def test_tpu_graph_shape() -> None:
     repo = tpu_defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {"tpu/harbor_head", "tpu/harbor_lock", "tpu/image", "tpu/smoke", "tpu/verified_image", "tpu/floating_tag"}
+    assert keys == {"tpu/harbor_head", "tpu/harbor_lock", "tpu/image", "tpu/smoke", "tpu/verified_image", "tpu/floating_tag",
+                    "lockstep/status"}
     assert {c.name for c in repo.asset_graph.asset_check_keys} == {
         "lock_and_dockerfile_agree", "harbor_version_moved", "uv_lock_check", "installed_harbor_matches_lock",
         "file_probes", "layers_pullable", "floating_tag_bakes_locked_harbor"}
     graph = repo.asset_graph
     assert graph.get(dg.AssetKey(["tpu", "harbor_lock"])).parent_keys == {dg.AssetKey(["tpu", "harbor_head"])}
     assert graph.get(dg.AssetKey(["tpu", "verified_image"])).parent_keys == {dg.AssetKey(["tpu", "image"]), dg.AssetKey(["tpu", "smoke"])}
-    for name in ("relock_harbor", "release_harbor_hold", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold"):
+    assert graph.get(dg.AssetKey(["lockstep", "status"])).is_external  # observed by status_sensor, never materialized
+    for name in ("relock_harbor", "release_harbor_hold", "build_tpu", "promote_tpu", "rollback_tpu", "release_tpu_hold",
+                 "refresh_status"):
         assert tpu_defs.resolve_job_def(name) is not None
     assert sorted(s.name for s in repo.sensor_defs) == [
-        "alert_sensor", "auto_promote_sensor", "consumer_rebuild_sensor", "floating_tag_watch", "harbor_branch_sensor"]
+        "alert_sensor", "auto_promote_sensor", "consumer_rebuild_sensor", "floating_tag_watch", "harbor_branch_sensor",
+        "status_sensor"]
     jovian = jovian_defs.get_repository_def()
     assert {k.to_user_string() for k in jovian.asset_graph.get_all_asset_keys()} == {
         "jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees",
@@ -102,7 +106,7 @@ def test_owners_come_from_the_site_file_when_the_locations_load(sb: Sandbox, tmp
     loaded = load_locations(sb.site_file, tmp_path)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     owners = json.loads(loaded.stdout)
-    assert len(owners) == 16
+    assert len(owners) == 17 and owners["lockstep/status"] == ["team:ml-infra"]  # the tpu location's status asset
     assert {k: v for k, v in owners.items() if k.startswith("tpu/")} == {
         k: ["team:ml-infra"] for k in owners if k.startswith("tpu/")}
     assert {k: v for k, v in owners.items() if k.startswith("jovian/")} == {

@@ -126,7 +126,10 @@ def _rollback(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, r
     from tpu_assets.runtime_rollback import explain_scopes
 
     plan = plan_for(site, instance, git, registry, verified=verified, moves=moves)  # type: ignore[arg-type]
-    scopes = explain_scopes(site, instance, git, plan, verified=verified, moves=moves)  # type: ignore[arg-type]
+    try:  # the scopes read the consumer's lock: without git, the plan itself still stands
+        scopes = explain_scopes(site, instance, git, plan, verified=verified, moves=moves)  # type: ignore[arg-type]
+    except LockstepError as exc:
+        scopes = redact(f"what each scope changes: unknown ({exc})")[:1000]
     return RollbackFacts(target_build=plan.target.build if plan.target else None,
                          target_digest=plan.target.digest if plan.target else None,
                          explanation=plan.explain(), scopes=scopes)
@@ -183,7 +186,7 @@ def gather_status(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemote
     tpu_cfg = site.tpu
     ref = ImageRef.parse(tpu_cfg.image)
     verified, moves = verified_history(instance), tag_history(instance)
-    digest = errors.read(f"registry: :{tpu_cfg.floating_tag}",
+    digest = errors.read(f"registry (:{tpu_cfg.floating_tag})",
                          lambda: registry.resolve(repository=ref.repository, reference=tpu_cfg.floating_tag), None)
     tpu = TpuFacts(image=f"{ref.registry}/{ref.repository}", tag=tpu_cfg.floating_tag, digest=digest)
     if digest is not None:
@@ -207,7 +210,11 @@ def gather_status(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemote
 
 
 def fingerprint(status: Status) -> str:
-    return hashlib.sha256(status.fingerprint_json().encode()).hexdigest()[:32]
+    """The record's hash without its time, and of each unknown fact only which one it is: a remote that stays
+    down says it a little differently each tick (a timeout's seconds), which is not a change to record."""
+    unknown = sorted(e.split(": ", 1)[0] for e in status.errors)
+    facts = status.model_copy(update={"errors": unknown}).fingerprint_json()
+    return hashlib.sha256(facts.encode()).hexdigest()[:32]
 
 
 def status_observation(status: Status) -> dg.AssetObservation:

@@ -13,13 +13,14 @@ from tpu_assets.definitions import consumer_rebuild_sensor, defs, harbor_sensor
 from tpu_assets.history import VERIFIED_IMAGE
 
 BAD = Path(__file__).resolve().parent.parent / "corpus" / "site" / "memory_lots.toml"
-SENSORS = ["harbor_branch_sensor", "consumer_rebuild_sensor", "auto_promote_sensor", "floating_tag_watch", "alert_sensor"]
+SENSORS = ["harbor_branch_sensor", "consumer_rebuild_sensor", "auto_promote_sensor", "floating_tag_watch", "alert_sensor",
+           "status_sensor"]
 
 
 def test_a_bad_site_makes_every_tpu_tick_skip_naming_file_and_line(tmp_path: Path) -> None:
     resources = {"site": SiteResource(path=str(BAD)), "git": GitRemotes(cache_dir=str(tmp_path / "cache")),
                  "registry": LayoutRegistry(root=str(tmp_path / "registry"))}  # fmt: skip
-    with dg.instance_for_test() as instance:  # one instance for all five: each tick reads only the site
+    with dg.instance_for_test() as instance:  # one instance for all six: each tick reads only the site
         # auto_promote reads the site only once there is a verified build to judge.
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=VERIFIED_IMAGE, partition="a" * 40))
         for name in SENSORS:
