@@ -178,6 +178,9 @@ def run_job(*, url: str, job: str, op: str, config: Mapping[str, object], by: st
         move = final_move(web, run_id) if moves_tag and status == "SUCCESS" else None
     except LockstepError as exc:
         raise OperationalError(f"{command}: lost the run {run_url}: {exc}") from None
+    except KeyboardInterrupt:  # only the following stops: the run is the webserver's
+        click.echo(f"\n{command}: stopped following; the run goes on: {run_url}", err=True)
+        sys.exit(130)
     refused = status == "FAILURE" and any(c in REFUSALS for c in classes)
     code = OK if status == "SUCCESS" else NEGATIVE if refused else OPERATIONAL
     outcome = {OK: "ok", NEGATIVE: "refused", OPERATIONAL: "failed"}[code]

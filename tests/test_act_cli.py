@@ -53,6 +53,8 @@ class FakeWeb:
 
     def run_events(self, run_id: str, **_: object) -> Iterator[RunEvent | str]:
         yield from (RunEvent(e) for e in FakeWeb.events)
+        if FakeWeb.status == "interrupt":
+            raise KeyboardInterrupt
         yield FakeWeb.status
 
     def asset_events(self, path: list[str], *, limit: int = 1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -170,6 +172,13 @@ def test_a_canceled_run_and_an_unreachable_webserver_exit_3(web: type[FakeWeb]) 
     web.unreachable = True
     result = lockstep("rollback", "--by", "bob")
     assert result.exit_code == 3 and "did not answer" in result.output and "Traceback" not in result.output
+
+
+def test_ctrl_c_stops_following_not_the_run(web: type[FakeWeb]) -> None:
+    web.status = "interrupt"
+    result = lockstep("promote", "--by", "alice")
+    assert result.exit_code == 130 and "stopped following; the run goes on: " in result.output
+    assert f"{act.DEFAULT_URL}/runs/run-1" in result.output
 
 
 def test_json_is_one_object_with_the_run_and_its_move(web: type[FakeWeb]) -> None:
