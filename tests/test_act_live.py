@@ -150,7 +150,8 @@ def test_promote_rollback_and_hold_release_through_the_webserver_record_who_acte
         # A second promote is a negative answer (the tag is already there): exit 1, nothing moves.
         again = lockstep(demo, "promote", "--by", "alice")
         assert again.returncode == 1, said(again, demo)
-        assert "refused" in again.stdout and tpu.floating() == tpu.pinned(newer)
+        assert "refused" in again.stdout and "already points at" in again.stdout, said(again, demo)  # and why
+        assert tpu.floating() == tpu.pinned(newer)
 
         assert len(instance.get_run_records()) == runs_before + 2  # the two promotes; no plan launched a run
         refresh_status(demo)
@@ -164,6 +165,7 @@ def test_promote_rollback_and_hold_release_through_the_webserver_record_who_acte
         rolled = lockstep(demo, "rollback", "--by", "bob", "--note", "bad harbor")
         assert rolled.returncode == 0, said(rolled, demo)
         assert f"{demo.url}/runs/" in rolled.stdout and "SUCCESS" in rolled.stdout
+        assert "rollback by bob: bad harbor" in rolled.stdout, said(rolled, demo)  # the run's log, as it came
         assert tpu.floating() == tpu.pinned(older)
         move = newest_move(instance)
         assert move["action"] == "rollback" and move["hold"] is True and move.get("by") == "bob", move
@@ -189,5 +191,6 @@ def test_promote_rollback_and_hold_release_through_the_webserver_record_who_acte
         # No hold left: releasing it again is a refusal (exit 1), not a crash.
         none_left = lockstep(demo, "hold", "release", "harbor", "--by", "carol")
         assert none_left.returncode == 1, said(none_left, demo)
+        assert "no harbor hold to release" in none_left.stdout, said(none_left, demo)
     finally:
         stop_demo(demo)
