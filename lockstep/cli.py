@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lockstep.act_cmd import COMMANDS as ACT_COMMANDS
 from lockstep.deploy_cmd import deploy
+from lockstep.exits import EXIT_CODES_HELP, NegativeAnswer, OperationalError
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
 from lockstep.status_cmd import status
@@ -21,7 +23,8 @@ if TYPE_CHECKING:  # the sandbox is imported by the commands that use it, not at
     from sandbox.layout import Sandbox
 
 
-@click.group()
+@click.group(epilog=EXIT_CODES_HELP)
+@click.version_option(package_name="lockstep", prog_name="lockstep", message="%(prog)s %(version)s")
 def main() -> None:
     """lockstep: re-lock, build, verify, promote and roll back container images with Dagster."""
 
@@ -198,13 +201,19 @@ def _registry_and_ref(ref: str):  # type: ignore[no-untyped-def]
 
 @image.command("digest")
 @click.argument("ref")
-def image_digest(ref: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"ref", "digest", "absent"} instead.')
+def image_digest(ref: str, as_json: bool) -> None:
     """Print the digest REF points at (exit 1 when it does not exist)."""
+    import json
+
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
     digest = _guard(lambda: registry.resolve(repository=parsed.repository, reference=parsed.reference))
+    why = None if digest else _guard(lambda: registry.absence(repository=parsed.repository, reference=parsed.reference))
+    if as_json:
+        click.echo(json.dumps({"ref": ref, "digest": digest, "absent": why}))
+        sys.exit(0 if digest else 1)
     if digest is None:
-        why = _guard(lambda: registry.absence(repository=parsed.repository, reference=parsed.reference))
-        raise click.ClickException(f"{ref}: not in the registry ({why})")
+        raise NegativeAnswer(f"{ref}: not in the registry ({why})")
     click.echo(digest)
 
 
@@ -218,7 +227,7 @@ def image_cat(ref: str, path: str) -> None:
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
     read = _guard(lambda: registry.read_file(repository=parsed.repository, reference=parsed.reference, path=path))
     if read is None:
-        raise click.ClickException(f"{ref}: no file {path}")
+        raise NegativeAnswer(f"{ref}: no file {path}")
     click.echo(f"# {read.path} from layer {read.layer_index} {read.layer_digest}; "
                f"read {read.bytes_read} of {read.image_bytes} image bytes", err=True)
     sys.stdout.buffer.write(read.data)
@@ -243,52 +252,6 @@ def image_probes(ref: str) -> None:
         click.echo(f"--- {where}\n{lines}")
     click.echo(("HOLDS: " if finding.passed else "FAILS: ") + finding.description)
     sys.exit(0 if finding.passed else 1)
-
-
-# -- rollback -------------------------------------------------------------------------------------
-
-
-@main.group()
-def rollback() -> None:
-    """Rollback planning from the Dagster instance's history ($DAGSTER_HOME)."""
-
-
-@rollback.command("plan")
-@click.option("--must-contain", default="", metavar="SHA", help="A harbor commit (the fix) the target must contain.")
-@click.option("--build", default="", help="Judge this build (a tpu_builds partition or its prefix) only.")
-def rollback_plan(must_contain: str, build: str) -> None:
-    """Print which build a rollback would move the floating tag to, and why each other one is refused,
-    then what each scope (image: the tag; runtime: the consumer's uv.lock) would change. Changes nothing.
-    Exit 0 when there is a target, 1 when there is none."""
-    # Both are commit shas (or their prefixes): checked before the site, the registry or git is read.
-    for option, value in (("--must-contain", must_contain), ("--build", build)):
-        if value and not _SHA_PREFIX.match(value):
-            raise click.BadParameter(
-                f"{value!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)", param_hint=option
-            )
-
-    from resources.git import git_for
-    from resources.registry import registry_for
-    from resources.site import load_site
-    from tpu_assets.history import tag_history, verified_history
-    from tpu_assets.promotion import plan_for
-    from tpu_assets.runtime_rollback import explain_scopes
-
-    def plan():  # type: ignore[no-untyped-def]
-        site = load_site()
-        git = git_for(site)
-        with _instance() as instance:
-            # Read once, newest first and only as far back as the two plans walk.
-            verified, moves = verified_history(instance), tag_history(instance)
-            found = plan_for(site, instance, git, registry_for(site), must_contain=must_contain, build=build,
-                             verified=verified, moves=moves)
-            return found, explain_scopes(site, instance, git, found, must_contain=must_contain, build=build,
-                                         verified=verified, moves=moves)
-
-    result, scopes = _guard(plan)
-    click.echo(result.explain())
-    click.echo(scopes)
-    sys.exit(0 if result.ok else 1)
 
 
 @main.command("changelog")
@@ -489,11 +452,11 @@ def _instance():  # type: ignore[no-untyped-def]
 
 
 def _guard(fn):  # type: ignore[no-untyped-def]
-    """Run `fn`; a LockstepError becomes a one-line message and exit code 2, not a traceback."""
+    """Run `fn`; a LockstepError becomes a one-line message and exit code 3 (operational), not a traceback."""
     try:
         return fn()
     except LockstepError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise OperationalError(str(exc)) from None
 
 
 # -- the Jovian lane -------------------------------------------------------------------------------
@@ -577,3 +540,5 @@ main.add_command(site_group)
 main.add_command(preflight)
 main.add_command(deploy)
 main.add_command(status)
+for _command in ACT_COMMANDS:
+    main.add_command(_command)

@@ -31,18 +31,19 @@ def deploy_env(site_file: Path | None, fmt: str, as_json: bool, update_dir: Path
     launcher's env_vars, the .env template's secrets and the Kubernetes Secret's keys. Names only: no
     value is read or printed. The trusted key files the site names need not exist yet."""
     from lockstep.deploy_env import deploy_env as make, render, update_docker_dir
+    from lockstep.exits import OperationalError
     from resources.errors import LockstepError
     from resources.site import DEFAULT_SITE, SITE_ENV, site_names_only
 
     path = site_file or Path(os.environ.get(SITE_ENV) or DEFAULT_SITE)
     if not path.is_file():
         hint = f"check {SITE_ENV}" if os.environ.get(SITE_ENV) else "give --site FILE"
-        raise click.ClickException(f"{path}: no site file here ({hint})")
+        raise OperationalError(f"{path}: no site file here ({hint})")
     try:
         env = make(site_names_only(path))
         changed = update_docker_dir(env, update_dir) if update_dir is not None else []
     except (LockstepError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise OperationalError(str(exc)) from None
     click.echo(env.model_dump_json(indent=2) if as_json else render(env, fmt), nl=as_json)  # type: ignore[arg-type]
     for changed_path in changed:
         click.echo(f"updated {changed_path}", err=True)

@@ -50,7 +50,11 @@ query Run($runId: ID!, $after: String) {
     ... on EventConnection {
       cursor
       hasMore
-      events { __typename ... on MessageEvent { message level timestamp stepKey } }
+      events {
+        __typename
+        ... on MessageEvent { message level timestamp stepKey }
+        ... on ErrorEvent { error { className message cause { className message cause { className } } } }
+      }
     }
     ... on PythonError { message }
   }
@@ -89,6 +93,17 @@ class RunEvent:
         self.message = str(raw.get("message") or "")
         self.level = str(raw.get("level") or "")
         self.step = str(raw.get("stepKey") or "")
+        # A failure's exception classes, outermost first, through its causes (Dagster wraps what an op
+        # raised): how a caller tells a refusal the code raised on purpose from a crash.
+        self.error_classes: list[str] = []
+        self.error_message = ""  # the innermost message: what the op said, not Dagster's wrapper
+        error = raw.get("error")
+        while isinstance(error, dict) and len(self.error_classes) < 5:
+            if isinstance(error.get("className"), str):
+                self.error_classes.append(error["className"])
+            if isinstance(error.get("message"), str) and error["message"].strip():
+                self.error_message = error["message"].strip()
+            error = error.get("cause")
 
 
 def metadata_values(entries: object) -> dict[str, object]:

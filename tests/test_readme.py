@@ -85,6 +85,8 @@ _CLUSTER = ("needs a Kubernetes cluster and the ghcr registry; tests/deploy/test
             "and the Job a run gets, offline")
 _SERVES = ("serves until stopped: `lockstep demo` runs this same `dagster dev` (lockstep/cli.py), and "
            "tests/ui/test_browser.py runs `lockstep demo`")
+_WEBSERVER = ("launches through a running webserver's GraphQL: tests/test_act_live.py runs these against `dagster dev` "
+              "on a sandbox")
 _COMPOSE = "docker compose -p lockstep -f deploy/docker/docker-compose.yml"
 NOT_RUN: dict[str, str] = {
     f"{_COMPOSE} up -d --build": _DOCKER,
@@ -115,6 +117,11 @@ NOT_RUN: dict[str, str] = {
     "kubectl -n lockstep rollout restart deployment -l component=user-deployments,deployment in (tpu,jovian)":
         _CLUSTER,
     "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000": _SERVES,
+    "lockstep promote --plan": _WEBSERVER,
+    "lockstep promote --note ship the fix --by ops@lab": _WEBSERVER,
+    "lockstep rollback --plan": _WEBSERVER,
+    "lockstep rollback --must-contain <harbor sha> --note bad harbor --by ops@lab": _WEBSERVER,
+    "lockstep hold release tag --by ops@lab": _WEBSERVER,
 }
 
 # Variables the docs export, and where lockstep (or Dagster) reads each.

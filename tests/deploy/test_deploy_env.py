@@ -171,15 +171,15 @@ def test_update_rewrites_only_the_two_blocks_and_never_dot_env(tmp_path: Path) -
     assert (tmp_path / ".env").read_text(encoding="utf-8") == "GHCR_TOKEN=kept\n"
 
 
-def test_a_broken_site_or_no_site_is_a_usage_error_naming_the_file(tmp_path: Path,
+def test_a_broken_site_or_no_site_is_an_operational_error_naming_the_file(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "site.toml"
     broken.write_text(_small_site(tmp_path).read_text().replace('token_env = "PUSH_TOKEN"', 'token_env = "ghp_x"', 1))
     result = CliRunner().invoke(main, ["deploy", "env", "--site", str(broken)])
-    assert result.exit_code == 1 and f"{broken}:" in result.output and "NAME of an environment variable" in result.output
+    assert result.exit_code == 3 and f"{broken}:" in result.output and "NAME of an environment variable" in result.output
     monkeypatch.setenv("LOCKSTEP_SITE", str(tmp_path / "absent.toml"))
     result = CliRunner().invoke(main, ["deploy", "env"])
-    assert result.exit_code == 1 and "absent.toml: no site file here (check LOCKSTEP_SITE)" in result.output
+    assert result.exit_code == 3 and "absent.toml: no site file here (check LOCKSTEP_SITE)" in result.output
 
 
 def test_the_push_token_has_one_name_everywhere_and_the_k8s_header_lists_every_secret() -> None:

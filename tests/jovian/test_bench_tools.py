@@ -328,6 +328,6 @@ def test_rebaseline_makes_a_filed_reports_run_the_lanes_baseline(sb: Sandbox, pr
     for bad, why in (("../../etc/passwd.md", "is not a plain name"), ("recipes/other-lane/reports/x.md", "not a report of"),
                      (f"recipes/{LANE}/reports/missing.md", "has no recipes/")):
         refused = CliRunner().invoke(main, ["lane", "rebaseline", bad])
-        assert refused.exit_code == 1 and isinstance(refused.exception, SystemExit), refused.exception
+        assert refused.exit_code == 3 and isinstance(refused.exception, SystemExit), refused.exception
         assert why in refused.output, refused.output
     assert git.Repo(build).git.rev_parse(BUILD_BRANCH) == head  # nothing written on a refusal

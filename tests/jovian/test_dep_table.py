@@ -412,7 +412,7 @@ def test_lab_dep_table_cli_fails_on_a_recursive_tag_and_an_option_shaped_reposit
     option = write_tree(tmp_path / "option", {f"{EP}/dep.cmake": "FetchContent_Declare(dep\n"
                         '  GIT_REPOSITORY "--upload-pack=${HOOK}"\n  GIT_TAG v1.0)\n'})
     out = CliRunner().invoke(main, ["lab", "dep-table", str(option)])
-    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert out.exit_code == 3 and "Traceback" not in out.output  # a file that cannot be read as a table
     assert f"{option}/{EP}/dep.cmake:2: GIT_REPOSITORY '--upload-pack=${{HOOK}}' starts with '-'" in out.output
 
 
