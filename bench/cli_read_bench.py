@@ -1,4 +1,4 @@
-"""`lockstep status` (a read command, from a fresh process) vs `import dagster`, side by side.
+"""`lockstep status`, `promote --plan`, `rollback --plan` (read commands, from a fresh process) vs `import dagster`, side by side.
 
     uv run python bench/cli_read_bench.py [--repeat 15]
 
@@ -12,7 +12,7 @@ tick) and `python -c "import dagster"` (the reference): wall seconds from the st
 ends, medians. Then `-X importtime` of `lockstep status --json` checks that dagster is not imported
 and names the dearest packages it does import.
 
-Asserts nothing about timings. Its last line is `lockstep status --json`'s ratio to `import dagster`.
+Asserts nothing about timings. Its last line is the slowest read command's ratio to `import dagster`.
 The webserver is stopped by its PID (its process group) at the end.
 """
 
@@ -166,6 +166,8 @@ def main() -> None:
         commands = {
             "lockstep status --json": [str(LOCKSTEP), "status", "--url", url, "--json"],
             "lockstep status": [str(LOCKSTEP), "status", "--url", url],
+            "lockstep promote --plan": [str(LOCKSTEP), "promote", "--plan", "--url", url],
+            "lockstep rollback --plan": [str(LOCKSTEP), "rollback", "--plan", "--url", url],
             "python -c 'import dagster'": [sys.executable, "-c", "import dagster"],
         }
         for argv in commands.values():  # warm-up: the bytecode cache, the webserver's first GraphQL answer
@@ -192,9 +194,11 @@ def main() -> None:
         for name, (self_us, _) in table.items():
             top[name.split(".")[0]] += self_us / 1000
         print("  dearest packages (self ms): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]))
-        status_s = statistics.median(runs["lockstep status --json"])
-        print(f"RATIO lockstep status --json / import dagster: {status_s / ref:.2f} ({status_s:.2f} s vs {ref:.2f} s; "
-              f"goal <= {GOAL_S} s)")
+        # The slowest read command decides: each must answer within the goal.
+        name, status_s = max(((n, statistics.median(w)) for n, w in runs.items() if n.startswith("lockstep")),
+                             key=lambda kv: kv[1])
+        print(f"RATIO slowest read command ({name}) / import dagster: {status_s / ref:.2f} ({status_s:.2f} s vs "
+              f"{ref:.2f} s; goal <= {GOAL_S} s)")
     finally:
         if proc is not None:
             stop(proc)
