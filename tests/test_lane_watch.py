@@ -15,7 +15,7 @@ from jovian_assets.lane import lane_record
 from jovian_assets.models import ServedImage
 from lockstep.status_model import ConsumerLock, LaneFacts, Status, TpuFacts, mismatch_warnings, render
 from resources.site_jovian import LaneSection
-from resources.spark import RunResult, SparkError, Unreachable
+from resources.spark import RunResult, SparkError, SparkNodes, Unreachable
 from sensors.lane_watch import container_name, live_observation, seen_hash, seen_on, watch
 from tpu_assets.status import lane_facts
 
@@ -70,6 +70,10 @@ def test_one_nodes_inspect_answer_becomes_its_image_id_or_why_it_has_none() -> N
     # Unreachable is a fact of the tick, never an exception out of it.
     image, why = seen(Unreachable("the connection keeps dropping", node="spark-b", where="b@host:22"))
     assert image is None and why.startswith("unreachable: spark node spark-b (b@host:22): the connection keeps")
+    gone = SparkNodes(nodes=[{"name": "spark-b", "transport": "local", "root": "/nonexistent/spark-b", "roles": ["lane"]}],
+                      known_hosts="/nonexistent/known_hosts")
+    image, why = seen_on(gone, SITE, lane_section(), "spark-b")  # type: ignore[arg-type]
+    assert image is None and why.startswith("unreachable: spark node spark-b (local:/nonexistent/spark-b): the node's root")
     # What the node answers is untrusted: checked by parse_container, and cut short.
     image, why = seen(result(0, inspect_doc(image="--privileged " + "x" * 5000)))
     assert image is None and why.startswith("unreadable: spark-b: container") and len(why) <= 300
