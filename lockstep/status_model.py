@@ -231,8 +231,10 @@ def render(status: Status, *, now: float) -> str:
         serving = f"rev {lane.rev} ({lane.tag})" if lane.rev or lane.tag else "nothing"
         lines.append(f"lane {lane.name}: {lane.action} -> serves {serving}, ready since {when(lane.ready_since)}; "
                      f"expected image {short(lane.expected_image_id)}")
-        lines.append(f"  node image IDs read live from the nodes at {when(lane.live_at)} (lane_watch_sensor)" if lane.live
-                     else "  node image IDs as the lane record says (not read live since it was written)")
+        if lane.live:
+            lines.append(f"  node image IDs read live from the nodes at {when(lane.live_at)} (lane_watch_sensor)")
+        else:
+            lines.append("  node image IDs as the lane record says (not read live since it was written)")
         for node, image_id in sorted(lane.nodes.items()):
             mark = "" if image_id == lane.expected_image_id or not lane.expected_image_id else "  <- MISMATCH"
             lines.append(f"  {node}: {short(image_id)}{mark}")

@@ -42,7 +42,7 @@ def container_name(lane: LaneSection) -> str:
 
 def seen_on(spark: SparkNodes, site: SiteConfig, lane: LaneSection, node: str) -> NodeSeen:
     """What `node` runs under the lane's container name: its image ID when running, else None and why."""
-    from jovian_assets.lane import parse_container  # the lane code only when a tick reads a node
+    from jovian_assets.lane import LaneBootFailed, parse_container  # the lane code only when a tick reads a node
 
     name = container_name(lane)
     try:
@@ -55,7 +55,7 @@ def seen_on(spark: SparkNodes, site: SiteConfig, lane: LaneSection, node: str) -
             return None, _said(site, f"unreadable: docker container inspect {name} exited {result.exit_code}: {stderr}")
         found = parse_container(node, result.stdout)
     except LockstepError as exc:  # SparkError (unreachable, timed out) or a refused inspect answer
-        kind = "unreadable" if type(exc).__name__ == "LaneBootFailed" else "unreachable"
+        kind = "unreadable" if isinstance(exc, LaneBootFailed) else "unreachable"
         return None, _said(site, f"{kind}: {exc}")
     if found.status != "running":
         return None, f"container {name} is {found.status[:40]} (exit code {found.exit_code})"

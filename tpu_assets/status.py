@@ -244,7 +244,8 @@ def gather_status(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemote
     rollback = errors.read("the default rollback plan", lambda: _rollback(
         site, instance, git, registry, verified=verified, moves=moves), None)
     lanes = errors.read("the lane", lambda: lane_facts(site, instance), [])
-    errors.extend(redact(f"lane {lane.name} node {node}: {why}")[:1000] for lane in lanes for node, why in sorted(lane.unread.items()))
+    for lane in lanes:  # a node lane_watch_sensor could not read is an unknown fact, not a mismatch
+        errors.extend(redact(f"lane {lane.name} node {node}: {why}")[:1000] for node, why in sorted(lane.unread.items()))
     return Status(as_of=now.timestamp(), source=source, tpu=tpu, consumer=consumer, tag_hold=tag_hold,
                   harbor_hold=_harbor_hold(instance), newest_build=newest, rollback=rollback, lanes=lanes,
                   warnings=mismatch_warnings(tpu, consumer, lanes), errors=list(errors))
