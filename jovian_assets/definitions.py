@@ -40,6 +40,7 @@ from resources.site import (
 )
 from resources.spark import spark_for
 from sensors.lab_revs import build_lab_rev_sensor
+from sensors.lane_watch import build_lane_watch_sensor
 
 # Non-idempotent: a retry would restart an hours-long build and file a second bench report.
 NO_RETRIES = {"dagster/max_retries": "0"}
@@ -90,7 +91,7 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
     return dg.Definitions(
         assets=with_owners(assets, location_owners(site, "jovian")),
         jobs=[adopt_lab_rev, build_jovian_rev],
-        sensors=[lab_sensor(resources)],
+        sensors=[lab_sensor(resources), build_lane_watch_sensor()],
         resources=resources,
     )
 

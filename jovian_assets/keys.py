@@ -8,3 +8,9 @@ import dagster as dg
 
 LANE = dg.AssetKey(["jovian", "lane"])
 LANE_SERVING = dg.AssetKey(["jovian", "lane_serving"])
+
+# lane_watch_sensor's observation of LANE (sensors/lane_watch.py), read by lockstep/status (tpu location).
+LANE_WATCH_SENSOR = "lane_watch_sensor"
+LIVE_NODES = "live_nodes"  # node -> image ID its container runs, or null
+LIVE_WHY = "live_why"  # node -> why it has no image ID (only the null ones)
+OBSERVED_BY = "observed_by"

@@ -91,6 +91,14 @@ class LaneFacts(Model):
     expected_image_id: str | None = None  # jovian/distributed_image's for the rev
     nodes: dict[str, str] = Field(default_factory=dict)  # lane node -> image ID it serves
     ready_since: float | None = None  # when that record was written: the rev was serving then
+    # From lane_watch_sensor's newest observation when it is newer than the record: `nodes` are then what
+    # each node's container runs (read live), `idle` the nodes where none runs and why, `unread` those it
+    # could not read (unreachable), `live_at` when it looked.
+    live: bool = False
+    live_at: float | None = None
+    container: str = ""  # the lane's container name, lockstep-<lane>
+    idle: dict[str, str] = Field(default_factory=dict)
+    unread: dict[str, str] = Field(default_factory=dict)
     score: int | None = None  # the rev's newest jovian/bench_report
     baseline: str = ""  # as the report states it: "<score> (<rev>, run <id>)" or "none recorded"
     gate_passed: bool | None = None
@@ -126,7 +134,8 @@ def short(value: str | None, n: int = 8) -> str:
 
 def mismatch_warnings(tpu: TpuFacts, consumer: ConsumerLock, lanes: list[LaneFacts]) -> list[str]:
     """One line per fact that contradicts another: the image at the tag bakes another harbor than the
-    consumer's lock makes workers install; a lane node serves another image ID than the rev's distributed one."""
+    consumer's lock makes workers install; a lane node serves another image ID than the rev's distributed one;
+    a lane node runs no container while the lane's record says it serves (read live by lane_watch_sensor)."""
     out = []
     if tpu.baked_harbor and consumer.harbor_commit and tpu.baked_harbor != consumer.harbor_commit:
         out.append(
@@ -134,6 +143,10 @@ def mismatch_warnings(tpu: TpuFacts, consumer: ConsumerLock, lanes: list[LaneFac
             f"@ {short(consumer.head)} pins harbor {short(consumer.harbor_commit)}: workers install the lock's harbor "
             "at start-up (a big first-serve reinstall); rebuild, or roll the runtime back, to make them agree")
     for lane in lanes:
+        if lane.action in ("boot", "restore"):
+            for node, why in sorted(lane.idle.items()):
+                out.append(f"lane {lane.name}: node {node} runs no container {lane.container or '(lane container)'} "
+                           f"({why}, seen {when(lane.live_at)}): the lane serves on fewer nodes than it should")
         if not lane.expected_image_id:
             continue
         for node, image_id in sorted(lane.nodes.items()):
@@ -218,9 +231,17 @@ def render(status: Status, *, now: float) -> str:
         serving = f"rev {lane.rev} ({lane.tag})" if lane.rev or lane.tag else "nothing"
         lines.append(f"lane {lane.name}: {lane.action} -> serves {serving}, ready since {when(lane.ready_since)}; "
                      f"expected image {short(lane.expected_image_id)}")
+        if lane.live:
+            lines.append(f"  node image IDs read live from the nodes at {when(lane.live_at)} (lane_watch_sensor)")
+        else:
+            lines.append("  node image IDs as the lane record says (not read live since it was written)")
         for node, image_id in sorted(lane.nodes.items()):
             mark = "" if image_id == lane.expected_image_id or not lane.expected_image_id else "  <- MISMATCH"
             lines.append(f"  {node}: {short(image_id)}{mark}")
+        for node, why in sorted(lane.idle.items()):
+            lines.append(f"  {node}: no container  <- {why}")
+        for node, why in sorted(lane.unread.items()):
+            lines.append(f"  {node}: unknown ({why})")
         if lane.score is not None:
             gate = {True: "gate passed", False: "gate FAILED", None: "gate unknown"}[lane.gate_passed]
             lines.append(f"  last score {lane.score} vs baseline {lane.baseline or 'none recorded'} ({gate}, {when(lane.bench_at)})")

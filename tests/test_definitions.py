@@ -55,7 +55,7 @@ def test_tpu_graph_shape() -> None:
         "recipes_build_profile_top_level", "recipes_no_scattered_pins", "gb10_deviations_current", "cuda_pins_gated", "cmake_pins_resolved", "gitlinks_populated", "boot_gates", "image_labeled",
         "quality_not_below_baseline"}
     assert jovian_defs.resolve_job_def("adopt_lab_rev") is not None and jovian_defs.resolve_job_def("build_jovian_rev") is not None
-    assert [s.name for s in jovian.sensor_defs] == ["lab_rev_sensor"]
+    assert [s.name for s in jovian.sensor_defs] == ["lab_rev_sensor", "lane_watch_sensor"]
 
 
 def test_workspace_validates_and_cli_materialize_relocks_once(sb: Sandbox, tmp_path: Path) -> None:

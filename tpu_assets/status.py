@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TypeVar
 
 import dagster as dg
+from pydantic import Field, ValidationError
 
 from lockstep.status_model import (
     STATUS_HASH,
@@ -36,6 +37,7 @@ from lockstep.status_model import (
 )
 from resources.errors import LockstepError
 from resources.git import GitRemotes
+from resources.model import Model
 from resources.registry import ImageRef, Registry
 from resources.secrets import redact
 from resources.site import SiteConfig
@@ -149,8 +151,37 @@ def _values(record: dg.EventLogRecord | None) -> dict[str, object]:
     return {k: getattr(v, "value", getattr(v, "data", None)) for k, v in (event.metadata if event else {}).items()}
 
 
+class _LiveSeen(Model):
+    """lane_watch_sensor's observation of jovian/lane, as read back (sensors/lane_watch.py writes it)."""
+
+    live_nodes: dict[str, str | None]
+    live_why: dict[str, str] = Field(default_factory=dict)
+    container: str = ""
+
+
+def _live(instance: dg.DagsterInstance, after: float | None) -> tuple[_LiveSeen, float] | None:
+    """The newest lane_watch_sensor observation of jovian/lane when it is newer than `after` (the newest
+    record): what the nodes run now. An observation that does not parse is not used (the record stands)."""
+    from jovian_assets.keys import LANE, LANE_WATCH_SENSOR, LIVE_NODES, LIVE_WHY, OBSERVED_BY
+
+    records = instance.fetch_observations(LANE, limit=1).records
+    event = records[0].asset_observation if records else None
+    if event is None or (after is not None and records[0].timestamp <= after):
+        return None
+    m = {k: getattr(v, "value", getattr(v, "data", None)) for k, v in event.metadata.items()}
+    if m.get(OBSERVED_BY) != LANE_WATCH_SENSOR:
+        return None
+    try:
+        seen = _LiveSeen.model_validate({"live_nodes": m.get(LIVE_NODES), "live_why": m.get(LIVE_WHY) or {},
+                                         "container": m.get("container") or ""})
+    except ValidationError:
+        return None
+    return seen, records[0].timestamp
+
+
 def lane_facts(site: SiteConfig, instance: dg.DagsterInstance) -> list[LaneFacts]:
-    """The site's lane as its newest jovian/lane record says, with its rev's distributed image and bench."""
+    """The site's lane as its newest jovian/lane record says, with its rev's distributed image and bench; the
+    per-node image IDs read live (lane_watch_sensor) when the nodes were read after that record was written."""
     if site.jovian is None or site.jovian.lane is None:
         return []
     from jovian_assets.bench_assets import BENCH
@@ -163,6 +194,15 @@ def lane_facts(site: SiteConfig, instance: dg.DagsterInstance) -> list[LaneFacts
         return [LaneFacts(name=name)]
     now = history[0]
     facts = LaneFacts(name=name, action=now.action, rev=now.rev, tag=now.tag, nodes=now.nodes, ready_since=now.at)
+    if (live := _live(instance, now.at)) is not None:
+        seen, at = live
+        facts.live, facts.live_at, facts.container = True, at, seen.container
+        facts.nodes = {node: image_id for node, image_id in seen.live_nodes.items() if image_id}
+        for node, image_id in seen.live_nodes.items():
+            if image_id is None:
+                why = seen.live_why.get(node, "no image ID")
+                unread = why.startswith(("unreachable", "unreadable"))
+                (facts.unread if unread else facts.idle)[node] = why
     if now.rev:
         facts.expected_image_id = str(_values(_newest_of(instance, DISTRIBUTED, now.rev)).get("image_id") or "") or None
         bench = _newest_of(instance, BENCH, now.rev)
@@ -204,6 +244,8 @@ def gather_status(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemote
     rollback = errors.read("the default rollback plan", lambda: _rollback(
         site, instance, git, registry, verified=verified, moves=moves), None)
     lanes = errors.read("the lane", lambda: lane_facts(site, instance), [])
+    for lane in lanes:  # a node lane_watch_sensor could not read is an unknown fact, not a mismatch
+        errors.extend(redact(f"lane {lane.name} node {node}: {why}")[:1000] for node, why in sorted(lane.unread.items()))
     return Status(as_of=now.timestamp(), source=source, tpu=tpu, consumer=consumer, tag_hold=tag_hold,
                   harbor_hold=_harbor_hold(instance), newest_build=newest, rollback=rollback, lanes=lanes,
                   warnings=mismatch_warnings(tpu, consumer, lanes), errors=list(errors))
