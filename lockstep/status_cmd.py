@@ -16,11 +16,11 @@ from typing import Any, Literal
 import click
 from pydantic import ValidationError
 
+from lockstep.exits import NEGATIVE, OK, OPERATIONAL
 from lockstep.graphql import DEFAULT_URL, REPOSITORY, Webserver, WebserverError
 from lockstep.status_model import STATUS_JSON, STATUS_PATH, Status, age, promote_plan, render, rollback_plan
 from resources.errors import LockstepError
 
-OPERATIONAL = 3
 SENSOR = "status_sensor"
 LOCATION = "tpu"
 
@@ -115,4 +115,4 @@ def status(url: str, as_json: bool) -> None:
         click.echo(render(found, now=now))
         fresh = sensor_line(web, now=now)
         click.echo(f"recorded {age(now - recorded)} ago by {found.source}" + (f"; {fresh}" if fresh else ""))
-    sys.exit(1 if found.warnings or found.errors else 0)
+    sys.exit(NEGATIVE if found.warnings or found.errors else OK)
