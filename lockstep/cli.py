@@ -235,7 +235,8 @@ def image_cat(ref: str, path: str) -> None:
 
 @image.command("probes")
 @click.argument("ref")
-def image_probes(ref: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"ref", "passed", "description", "facts"} instead.')
+def image_probes(ref: str, as_json: bool) -> None:
     """Run the site's file probes (default: the harbor config-drift guard) on REF; exit 0 only if all hold."""
     from resources.site import TpuSection
     from tpu_assets.inspection import run_probes
@@ -248,9 +249,15 @@ def image_probes(ref: str) -> None:
         image=f"{parsed.registry}/{parsed.repository}",
     )
     finding = _guard(lambda: run_probes(registry, repository=parsed.repository, reference=parsed.reference, tpu=tpu))
-    for where, lines in finding.facts.items():
-        click.echo(f"--- {where}\n{lines}")
-    click.echo(("HOLDS: " if finding.passed else "FAILS: ") + finding.description)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"ref": ref, "passed": finding.passed, "description": finding.description,
+                               "facts": dict(finding.facts)}, indent=2))
+    else:
+        for where, lines in finding.facts.items():
+            click.echo(f"--- {where}\n{lines}")
+        click.echo(("HOLDS: " if finding.passed else "FAILS: ") + finding.description)
     sys.exit(0 if finding.passed else 1)
 
 
@@ -258,7 +265,8 @@ def image_probes(ref: str) -> None:
 @click.argument("frm", metavar="FROM")
 @click.argument("to", metavar="TO")
 @click.option("--must-contain", default="", metavar="SHA", help="A harbor commit (the fix) to mark in the list.")
-def changelog(frm: str, to: str, must_contain: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"from", "to", "fix", "range"} (every commit) instead.')
+def changelog(frm: str, to: str, must_contain: str, as_json: bool) -> None:
     """Print the harbor commits from FROM to TO: added when TO is ahead, removed when TO is behind (a
     rollback), both for diverged histories; the first 50 each way, then a count. FROM and TO are sha
     prefixes of a build (a tpu_builds partition: a consumer commit, read through its uv.lock pin) or of
@@ -284,6 +292,12 @@ def changelog(frm: str, to: str, must_contain: str) -> None:
         return start, end, changelog_between(site, git, start, end), fix
 
     start, end, found, fix = _guard(compare)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"from": start.model_dump(mode="json"), "to": end.model_dump(mode="json"), "fix": fix,
+                               "range": found.model_dump(mode="json")}, indent=2))
+        return
     click.echo(f"{start.label} -> {end.label}")
     click.echo(changelog_text([found], fix=fix))
 

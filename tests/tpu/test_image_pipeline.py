@@ -100,6 +100,10 @@ def test_relock_build_verify_promote_fix_and_lineage_aware_rollback(
     assert cli.output.splitlines()[0] == f"build {b1[:8]} -> build {b3[:8]}" and "2 commits added" in cli.output
     rows = [line.split() for line in cli.output.splitlines()[3:]]
     assert [r[1:3] for r in rows] == [["added", later[:12]], ["added", export_fix[:12]]] and rows[1][-1] == "must_contain"
+    as_json = CliRunner().invoke(lockstep_cli, ["changelog", b1[:8], b3[:8], "--must-contain", export_fix[:8], "--json"])
+    found = json.loads(as_json.output)
+    assert as_json.exit_code == 0 and found["from"]["label"] == f"build {b1[:8]}" and found["fix"].startswith(export_fix[:8])
+    assert [c["sha"][:12] for c in found["range"]["added"]] == [later[:12], export_fix[:12]] and not found["range"]["removed"]
     cli = CliRunner().invoke(lockstep_cli, ["changelog", later[:10], guard_fix[:10]])  # harbor commits, backwards
     assert cli.exit_code == 0 and cli.output.splitlines()[:2] == [
         f"harbor {later[:8]} -> harbor {guard_fix[:8]}", f"harbor {later[:8]} -> {guard_fix[:8]}: 2 commits removed"]
@@ -233,6 +237,8 @@ def test_pipeline_against_a_real_registry_server(tmp_path: Path, registry_server
             # The probes read where the site says the image installs harbor (the sandbox image's python is 3.11).
             probes = runner.invoke(lockstep_cli, ["image", "probes", ref], env={SITE_ENV: str(sb.site_file)})
             assert probes.exit_code == 0 and "HOLDS" in probes.output and "logger.warning" in probes.output
+            probes = runner.invoke(lockstep_cli, ["image", "probes", ref, "--json"], env={SITE_ENV: str(sb.site_file)})
+            assert probes.exit_code == 0 and json.loads(probes.output)["passed"] is True
             site_packages = load_site(sb.site_file).tpu.site_packages
             cat = runner.invoke(lockstep_cli, ["image", "cat", ref, f"{site_packages}/harbor/job.py"])
             assert cat.exit_code == 0 and "existing_config != self.config" in cat.output
