@@ -7,6 +7,7 @@ distribution is verified by comparing image IDs on every node, never a registry 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -66,11 +67,19 @@ def distribute_image(spark: SparkNodes, image: NodeImage, *, nodes: list[str], m
     the built one, whichever way the bytes went. `heartbeat` beats as the bytes move."""
     save, load = ["docker", "save", image.tag], ["docker", "load"]
     state = f"docker save {image.tag} on {image.node} -> docker load on {', '.join(nodes)} ({mode})"
-    progress = (lambda sent: heartbeat.beat(state=state, bytes_moved=sent)) if heartbeat else None
-    if mode == "relay":
-        sent = spark.relay(src=image.node, src_argv=save, chain=nodes, load_argv=load, progress=progress).src.bytes
-    else:
-        sent = spark.pipe(src=image.node, src_argv=save, dsts=nodes, dst_argv=load, progress=progress).src.bytes
+    moved = [0]
+
+    def progress(sent: int) -> None:
+        moved[0] = sent
+        if heartbeat:
+            heartbeat.beat(state=state, bytes_moved=sent)
+
+    # A stream that stalls blocks in a read and calls `progress` no more: the heartbeat's own thread covers it.
+    with heartbeat.covering(state=state, bytes_moved=lambda: moved[0]) if heartbeat else contextlib.nullcontext():
+        if mode == "relay":
+            sent = spark.relay(src=image.node, src_argv=save, chain=nodes, load_argv=load, progress=progress).src.bytes
+        else:
+            sent = spark.pipe(src=image.node, src_argv=save, dsts=nodes, dst_argv=load, progress=progress).src.bytes
     ids = {node: inspect_image(spark, node=node, tag=image.tag)["Id"] for node in nodes}
     wrong = [f"{node} holds {i}" for node, i in ids.items() if i != image.image_id]
     if wrong:

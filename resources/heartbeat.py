@@ -19,9 +19,11 @@ what a person needs to follow a step (a job id, a log's path) on the asset while
 from __future__ import annotations
 
 import re
+import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -124,6 +126,7 @@ class Heartbeat:
         self.started = clock() if started is None else started
         self.last = self.started  # the first line comes one interval after the start: the start has its own line
         self.count = 0
+        self._lock = threading.Lock()  # `covering`'s thread and the step's own beats share `last`
 
     def due_in(self) -> float:
         """Seconds until the next line is due (0 when it is): the longest a wait loop may sleep."""
@@ -138,9 +141,11 @@ class Heartbeat:
         callable: it is called only when a line is due (reading a log costs a call to the cluster or
         node), and whatever it raises is shown as the tail's absence, never raised: a heartbeat is
         information and must not end the step it reports on."""
-        now = self.clock()
-        if now - self.last < self.every_s:
-            return None
+        with self._lock:
+            now = self.clock()
+            if now - self.last < self.every_s:
+                return None
+            self.last = now  # claimed before the (slow) tail read: a concurrent beat does not write a second line
         tail: Sequence[str] | None
         error = ""
         if callable(tail_lines):
@@ -152,10 +157,30 @@ class Heartbeat:
             tail = tail_lines
         line = heartbeat_line(step=self.step, state=state, elapsed_s=now - self.started, budget_s=self.budget_s,
                               bytes_moved=bytes_moved, tail=tail, tail_error=error, secrets=self.secrets)
-        self.last = now
         self.count += 1
         self.log(line)
         return line
+
+    @contextmanager
+    def covering(self, *, state: str, bytes_moved: Callable[[], int | None] = lambda: None,
+                 poll_s: float = 1.0) -> Iterator[None]:
+        """Beat from a thread while the block runs, for a step that beats only when something moves (a
+        stream's progress callback): a stream that stalls completely blocks in a read, and the step
+        would be silent until it moved again or its timeout ended it. The thread checks every `poll_s`
+        (or sooner when a line is due) and beats when one is due, saying how many bytes moved so far."""
+        stop = threading.Event()
+
+        def keep_beating() -> None:
+            while not stop.wait(min(poll_s, max(0.01, self.due_in()))):
+                self.beat(state=state, bytes_moved=bytes_moved())  # a stall reads as the same byte count twice
+
+        thread = threading.Thread(target=keep_beating, name=f"heartbeat: {self.step}"[:60], daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
 
 
 def observe_start(context: Any, facts: Mapping[str, str], *, what: str) -> None:

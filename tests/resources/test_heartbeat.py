@@ -232,3 +232,53 @@ def test_heartbeat_s_defaults_to_a_minute_and_is_range_checked_naming_the_line(t
         with pytest.raises(FileFormatError) as info:
             load_site(path)
         assert f"{path}:12: [timeouts] heartbeat_s" in str(info.value) and f"(got {bad})" in str(info.value)
+
+
+def test_a_stream_that_stalls_completely_still_beats_from_the_covering_thread_and_stops_with_it() -> None:
+    """A stalled `docker save | docker load` blocks in a read and calls no progress callback: the
+    heartbeat's thread writes the lines (the byte count standing still), and none after the block."""
+    import threading
+    import time
+
+    lines: list[str] = []
+    beat = Heartbeat("distribution of lab/img:r1", budget_s=None, log=lines.append, every_s=0.05)
+    stalled = threading.Event()
+    with beat.covering(state="docker save -> docker load", bytes_moved=lambda: 4096, poll_s=0.01):
+        stalled.wait(0.6)  # the read that never returns (until its timeout): nothing else beats
+    ended = len(lines)
+    time.sleep(0.2)
+    assert ended >= 2, lines  # 0.6 s at one line per 0.05 s: a loaded machine still gets two in
+    assert all("docker save -> docker load" in line and "4.0 KiB moved" in line for line in lines)
+    assert len(lines) == ended, "the thread stops when the stream ends"
+
+
+def test_a_distribution_whose_save_stalls_still_beats(tmp_path: Path) -> None:
+    """distribute_image over real local nodes whose `docker save` says nothing for a while (a stalled
+    stream): heartbeat lines come anyway, then the image IDs are compared as always."""
+    image_id = "sha256:" + "ab" * 32
+    fake_docker = (
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  save) sleep 0.8; head -c 2048 /dev/zero ;;\n"
+        "  load) cat > /dev/null ;;\n"
+        f"  image) printf '[{{\"Id\": \"{image_id}\"}}]' ;;\n"
+        "esac\n"
+    )
+    for node in ("build", "lane-a"):
+        (tmp_path / node / "bin").mkdir(parents=True)
+        script = tmp_path / node / "bin" / "docker"
+        script.write_text(fake_docker)
+        script.chmod(0o755)
+    spark = SparkNodes(nodes=[{"name": n, "transport": "local", "root": str(tmp_path / n)} for n in ("build", "lane-a")],
+                       command_timeout_s=60.0)
+    lines: list[str] = []
+    image = node_build.NodeImage(rev="r1", tag="lab/img:r1", node="build", image_id=image_id, build_dir_checksum="x",
+                                 duration_s=1.0)
+    try:
+        done = node_build.distribute_image(spark, image, nodes=["lane-a"], mode="star",
+                                           heartbeat=Heartbeat("distribution of lab/img:r1", budget_s=None,
+                                                               log=lines.append, every_s=0.1))
+    finally:
+        spark.close()
+    assert done.nodes == {"lane-a": image_id} and done.bytes == 2048
+    assert len([line for line in lines if "0 B moved" in line]) >= 2, lines  # beats while nothing moved
