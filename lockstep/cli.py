@@ -466,11 +466,14 @@ def _instance():  # type: ignore[no-untyped-def]
 
 
 def _guard(fn):  # type: ignore[no-untyped-def]
-    """Run `fn`; a LockstepError becomes a one-line message and exit code 3 (operational), not a traceback."""
+    """Run `fn`; a LockstepError becomes a one-line message and exit code 3 (operational), not a traceback;
+    a refusal (PromotionRefused and its kinds: the answer is "no") exit code 1."""
     try:
         return fn()
     except LockstepError as exc:
-        raise OperationalError(str(exc)) from None
+        # By class name: importing tpu_assets.promotion here would load dagster at every command's start.
+        refused = any(c.__name__ == "PromotionRefused" for c in type(exc).__mro__)
+        raise (NegativeAnswer if refused else OperationalError)(str(exc)) from None
 
 
 # -- the Jovian lane -------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def find_build(instance: dg.DagsterInstance, build: str) -> str:
         raise LockstepError(f"build {build!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)")
     matches = [p for p in instance.get_dynamic_partitions(tpu_builds.name) if p.startswith(build)]
     if len(matches) != 1:
-        raise LockstepError(f"build {build} names {'no' if not matches else len(matches)} tpu_builds partitions"
+        raise PromotionRefused(f"build {build} names {'no' if not matches else len(matches)} tpu_builds partitions"
                             + (f" ({', '.join(m[:12] for m in matches)}): give more of the sha" if matches else ""))
     return matches[0]
 
@@ -135,7 +135,7 @@ def record_rejection(instance: dg.DagsterInstance, site: SiteConfig, *, build: s
     with floating_tag_lock(instance, name=floating_tag_lock_name(site), timeout_s=lock_timeout_s, holder=holder):
         before = rejections(instance, [full]).get(full)
         if (before is not None and before.rejected) == rejected:
-            raise LockstepError(
+            raise PromotionRefused(  # a "no", not a failure: the CLI exits 1
                 f"build {full[:12]} is {'already rejected' if rejected else 'not rejected'}"
                 + (f" (by {before.by}: {before.reason})" if before and rejected else "") + ": nothing recorded")
         emit(rejection_observation(site, build=full, rejected=rejected, by=by, reason=reason))

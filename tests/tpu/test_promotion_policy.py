@@ -233,6 +233,8 @@ def test_lockstep_reject_and_release_from_the_command_line(built: Built, tmp_pat
         said = CliRunner().invoke(main, ["reject", w.b2[:12], "--reason", "bad eval numbers", "--by", "mia"], env=env)
         assert said.exit_code == 0, said.output
         assert "rejected by mia: bad eval numbers" in said.output
+        twice = CliRunner().invoke(main, ["reject", w.b2[:12], "--reason", "again", "--by", "mia"], env=env)
+        assert twice.exit_code == 1 and "already rejected" in twice.output, twice.output  # a "no", not a failure
         w.assert_refused_and_untouched(w.promote(w.b2), "was rejected by mia")
         w.assert_auto_refused("was rejected by mia")
         freed = CliRunner().invoke(main, ["release", w.b2[:12], "--by", "mia"], env=env)
