@@ -198,9 +198,14 @@ def alert_for(alerts: AlertsSection, entry: dg.EventLogEntry, *, tag: str = "tpu
                      text=f":red_circle: run of `{event.job_name}` failed: {why}\n{run_url}")
     if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
         check = event.asset_check_evaluation_data
-        if check.passed or not check.blocking:
-            return None
+        if check.passed or (not check.blocking and check.severity != dg.AssetCheckSeverity.ERROR):
+            return None  # a failed WARN check is `check_warned_alert`'s
         url = asset_link(alerts, check.asset_key) + "?view=checks"
+        if not check.blocking:  # its run goes on and succeeds: without this alert nobody would hear of it
+            why = one_line(check.description or "") or "no description"
+            return Alert(kind="check_failure", url=url,
+                         text=f":x: check `{check.check_name}` on `{check.asset_key.to_user_string()}` failed "
+                              f"(ERROR, not blocking: downstream ran; run {run_url}): {why}\n{url}")
         return Alert(kind="check_failure", url=url,
                      text=f":no_entry: blocking check `{check.check_name}` on `{check.asset_key.to_user_string()}` "
                           f"failed (run {run_url}): downstream assets did not run\n{url}")

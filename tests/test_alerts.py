@@ -288,3 +288,32 @@ def test_the_first_delivery_of_a_fresh_process_logs_no_webhook_path_at_debug(
         urllib3_logger.setLevel(level)
     assert len(receiver.delivered) == 1
     assert quieted == logging.INFO and SECRET_PATH not in caplog.text
+
+
+def test_a_failed_non_blocking_error_check_is_a_check_failure_and_a_failed_warn_check_is_not() -> None:
+    """Its run succeeds (nothing fails it), so without an alert of its own nobody would hear of it."""
+    from resources.alerts import alert_for, check_warned_alert
+    from resources.site_alerts import AlertsSection
+
+    @dg.asset(check_specs=[dg.AssetCheckSpec("size_sane", asset="thing"), dg.AssetCheckSpec("looks_old", asset="thing")])
+    def thing() -> dg.MaterializeResult:
+        return dg.MaterializeResult(check_results=[
+            dg.AssetCheckResult(check_name="size_sane", passed=False, severity=dg.AssetCheckSeverity.ERROR,
+                                description="image is 0 bytes"),
+            dg.AssetCheckResult(check_name="looks_old", passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                description="older than a week"),
+        ])
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([thing], instance=instance)
+        assert result.success  # a non-blocking check fails no run
+        entries = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    alerts = AlertsSection()
+    by_check = {e.dagster_event.asset_check_evaluation_data.check_name: e for e in entries}  # type: ignore[union-attr]
+    failed = alert_for(alerts, by_check["size_sane"])
+    assert failed is not None and failed.kind == "check_failure"
+    assert "`size_sane` on `thing` failed (ERROR, not blocking" in failed.text and "image is 0 bytes" in failed.text
+    assert check_warned_alert(alerts, by_check["size_sane"]) is None  # one alert for it, not two
+    assert alert_for(alerts, by_check["looks_old"]) is None
+    warned = check_warned_alert(alerts, by_check["looks_old"])
+    assert warned is not None and warned.kind == "check_warned"
