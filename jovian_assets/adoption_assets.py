@@ -11,10 +11,6 @@ from pathlib import Path
 import dagster as dg
 
 from jovian_assets.fork_cut import (
-    NEWER_CUT,
-    ONE_CUT,
-    PINS_REACHABLE,
-    TREES_MATCH,
     audit_package,
     collect_commits_after,
     findings,
@@ -22,6 +18,24 @@ from jovian_assets.fork_cut import (
     holds,
     previous_lock,
     spread_minutes,
+)
+from jovian_assets.keys import (
+    BUILD_PROFILE,
+    CMAKE_PINS_RESOLVED,
+    CUDA_PINS_GATED,
+    DEP_TABLE,
+    DEP_TREES,
+    FORK_CUT,
+    GB10_DEVIATIONS_CURRENT,
+    GITLINKS_POPULATED,
+    NEWER_CUT,
+    ONE_CUT,
+    PINS_REACHABLE,
+    PROFILE_KEYS_KNOWN,
+    RECIPES_NO_SCATTERED_PINS,
+    RECIPES_TOP_LEVEL,
+    SOURCE_LOCK,
+    TREES_MATCH,
 )
 from jovian_assets.inputs import inside, path_under, read_text
 from jovian_assets.models import (
@@ -44,19 +58,6 @@ from resources.secrets import redact
 from resources.site import SiteResource
 from resources.site_jovian import JovianSection
 
-SOURCE_LOCK = dg.AssetKey(["jovian", "source_lock"])
-FORK_CUT = dg.AssetKey(["jovian", "fork_cut"])
-BUILD_PROFILE = dg.AssetKey(["jovian", "build_profile"])
-DEP_TABLE = dg.AssetKey(["jovian", "dep_table"])
-DEP_TREES = dg.AssetKey(["jovian", "dep_trees"])
-
-PROFILE_KEYS_KNOWN = "profile_keys_known"
-RECIPES_TOP_LEVEL = "recipes_build_profile_top_level"
-CUDA_PINS_GATED = "cuda_pins_gated"
-CMAKE_PINS_RESOLVED = "cmake_pins_resolved"
-RECIPES_NO_SCATTERED_PINS = "recipes_no_scattered_pins"
-GB10_DEVIATIONS_CURRENT = "gb10_deviations_current"
-GITLINKS_POPULATED = "gitlinks_populated"
 
 
 class AdoptionRefused(LockstepError):

@@ -11,7 +11,7 @@ import dagster as dg
 
 from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
 from jovian_assets.inputs import inside, read_text
-from jovian_assets.keys import LANE_SERVING
+from jovian_assets.keys import BENCH, LANE_SERVING, QUALITY_GATE
 from jovian_assets.models import Finding, LaneServing
 from jovian_assets.node_build import NodeBuildFailed
 from jovian_assets.partitions import lab_revs
@@ -27,8 +27,6 @@ from resources.spark import SparkNodes
 if TYPE_CHECKING:
     from jovian_assets.bench_tools import Baseline, GateVerdict
 
-BENCH = dg.AssetKey(["jovian", "bench_report"])
-QUALITY_GATE = "quality_not_below_baseline"
 
 
 class BenchFailed(NodeBuildFailed):

@@ -23,6 +23,7 @@ from jovian_assets.models import (
     HeldPin,
     PackageCut,
 )
+from jovian_assets.keys import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH
 from jovian_assets.revs import find_rev_lock, lab_locks
 from jovian_assets.source_lock import LockedPackage
 from resources.errors import LockstepError
@@ -33,10 +34,6 @@ from resources.site_jovian import JovianSection, rev_order
 if TYPE_CHECKING:
     from resources.changelog import CommitRange
 
-TREES_MATCH = "trees_match"
-PINS_REACHABLE = "pins_reachable"
-ONE_CUT = "one_cut"
-NEWER_CUT = "newer_cut_available"
 _SHOWN_COMMITS = 25  # per fork in a failure; the rest are counted
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from jovian_assets.adoption_assets import DEP_TREES, _check, _jovian, _table, rev_of
+from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
+from jovian_assets.keys import BOOT_GATES, DEP_TREES, DISTRIBUTED, IMAGE, IMAGE_LABELED
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees
 from jovian_assets.node_build import (
     Distribution,
@@ -29,10 +30,6 @@ from resources.secrets import secret_values
 from resources.site import SiteConfig, SiteResource
 from resources.spark import SparkNodes
 
-IMAGE = dg.AssetKey(["jovian", "image"])
-DISTRIBUTED = dg.AssetKey(["jovian", "distributed_image"])
-BOOT_GATES = "boot_gates"
-IMAGE_LABELED = "image_labeled"
 
 
 def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, spark: SparkNodes,

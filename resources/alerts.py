@@ -21,15 +21,13 @@ from resources.model import Model
 from resources.secrets import quiet_urllib3, redact
 from resources.site_alerts import AlertKind, AlertsSection
 from tpu_assets.harbor_hold import HOLD, HOLD_REASON, LOCK_ACTION
-from tpu_assets.history import BY, FLOATING_TAG, VERIFIED_IMAGE
+from jovian_assets.keys import BENCH as BENCH_REPORT
+from jovian_assets.keys import BUILD_PROFILE
+from tpu_assets.history import BY
+from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, VERIFIED_IMAGE
 
 TRIES = 3
 TIMEOUT_S = 10
-HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
-# The Jovian keys spelled here, not imported: the alert sensor runs in the tpu location, which must not
-# load the Jovian code (tests/test_alerts_good_news.py checks they are the same keys).
-BUILD_PROFILE = dg.AssetKey(["jovian", "build_profile"])
-BENCH_REPORT = dg.AssetKey(["jovian", "bench_report"])
 CHANGELOG_LINES = 5  # commits an alert lists; the rest are counted, the whole changelog is on the record
 MAX_LINE = 300  # a check's description or a note, as an alert quotes it
 

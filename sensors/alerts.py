@@ -39,7 +39,8 @@ from resources.secrets import redact
 from resources.site import SiteConfig, SiteResource
 from resources.site_alerts import AlertsSection, Webhook
 from sensors.harbor import default_sensor_status
-from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history
+from tpu_assets.history import tag_history
+from tpu_assets.keys import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
 
 MAX_FAILED_TICKS = 3

@@ -18,11 +18,10 @@ from resources.registry import Registry
 from resources.site import SiteResource
 from sensors.harbor import default_sensor_status
 from sensors.tick_resources import for_ticks, tick_budget
-from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, STATUS, VERIFIED_IMAGE
 from tpu_assets.promotion_policy import utc
 from tpu_assets.rejection_assets import now_utc
-from tpu_assets.status import STATUS, fingerprint, gather_status, newest_status_hash, status_observation
+from tpu_assets.status import fingerprint, gather_status, newest_status_hash, status_observation
 
 STATUS_SENSOR = "status_sensor"
 

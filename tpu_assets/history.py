@@ -19,12 +19,11 @@ import dagster as dg
 
 from resources.links import commit_entries, digest_entries
 from resources.site import SiteConfig
+from tpu_assets.keys import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.rollback import TagMove, VerifiedBuild
 from tpu_assets.tag_log import LogState, TagIntent
 
-VERIFIED_IMAGE = dg.AssetKey(["tpu", "verified_image"])
-FLOATING_TAG = dg.AssetKey(["tpu", "floating_tag"])
 _PAGE = 500
 # A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
 FIRST_PAGE = 4

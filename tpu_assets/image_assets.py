@@ -18,12 +18,8 @@ from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
 from resources.signing import AttestSigner
 from resources.site import SiteResource
-from tpu_assets.history import VERIFIED_IMAGE
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, HARBOR_LOCK, IMAGE, SMOKE, VERIFIED_IMAGE
 from tpu_assets.models import (
-    CHECK_INSTALLED,
-    CHECK_LAYERS,
-    CHECK_PROBES,
     BuiltImage,
     Finding,
     SmokeResult,
@@ -31,8 +27,6 @@ from tpu_assets.models import (
 )
 from tpu_assets.partitions import tpu_builds
 
-IMAGE = dg.AssetKey(["tpu", "image"])
-SMOKE = dg.AssetKey(["tpu", "smoke"])
 
 IMAGE_CHECKS = [
     dg.AssetCheckSpec(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from resources.registry import FileRead, GlobQuery, ImageScan, Registry
 from resources.site import Probe, TpuSection
-from tpu_assets.models import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, BuiltImage, Finding
+from tpu_assets.keys import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES
+from tpu_assets.models import BuiltImage, Finding
 from tpu_assets.verify import (
     InstalledDist,
     installed_matches_lock,

@@ -12,12 +12,11 @@ from tpu_assets.harbor_hold import hold_entries, read_hold
 from tpu_assets.history import BY, acted_by
 from tpu_assets.lock_checks import pins_agree, version_moved
 from tpu_assets.models import Finding, HarborLock
+from tpu_assets.keys import HARBOR_HEAD, HARBOR_LOCK
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.relock import relock_harbor
 from tpu_assets.runtime_pin import release_runtime
 
-HARBOR_HEAD = dg.AssetKey(["tpu", "harbor_head"])
-HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
 
 class HarborLockConfig(dg.Config):
     release_hold: bool = Field(

@@ -6,12 +6,6 @@ from pydantic import Field
 
 from resources.model import Model
 
-# The checks `tpu/image` carries, judged by tpu_assets.inspection: named here so the asset's definition
-# does not load the inspection code (and the layer walker) into every process that loads the location.
-CHECK_INSTALLED = "installed_harbor_matches_lock"
-CHECK_PROBES = "file_probes"
-CHECK_LAYERS = "layers_pullable"
-
 
 class Finding(Model):
     """The outcome of one verification, ready to become an asset check result."""

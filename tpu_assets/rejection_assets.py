@@ -21,7 +21,8 @@ from resources.errors import LockstepError
 from resources.links import commit_entries
 from resources.site import SiteConfig, SiteResource
 from resources.site_promotion import PromotionSection
-from tpu_assets.history import RECORD_KIND, VERIFIED_IMAGE
+from tpu_assets.history import RECORD_KIND
+from tpu_assets.keys import VERIFIED_IMAGE
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.promotion import PromotionRefused, floating_tag_lock_name
 from tpu_assets.promotion_policy import (

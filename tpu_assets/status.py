@@ -22,7 +22,6 @@ from pydantic import Field, ValidationError
 from lockstep.status_model import (
     STATUS_HASH,
     STATUS_JSON,
-    STATUS_PATH,
     ConsumerLock,
     Hold,
     LaneFacts,
@@ -43,10 +42,9 @@ from resources.secrets import redact
 from resources.site import SiteConfig
 from tpu_assets.harbor_hold import read_hold
 from tpu_assets.history import TagHistory, tag_history, verified_history
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import HARBOR_LOCK, STATUS
 from tpu_assets.rollback import VerifiedRecords, current_state
 
-STATUS = dg.AssetKey(STATUS_PATH)
 T = TypeVar("T")
 
 
@@ -184,9 +182,8 @@ def lane_facts(site: SiteConfig, instance: dg.DagsterInstance) -> list[LaneFacts
     per-node image IDs read live (lane_watch_sensor) when the nodes were read after that record was written."""
     if site.jovian is None or site.jovian.lane is None:
         return []
-    from jovian_assets.bench_assets import BENCH
+    from jovian_assets.keys import BENCH, DISTRIBUTED
     from jovian_assets.lane import lane_history
-    from jovian_assets.node_assets import DISTRIBUTED
 
     name = site.jovian.lane.name
     history = lane_history(instance, limit=1)
