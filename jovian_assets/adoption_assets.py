@@ -37,6 +37,7 @@ from jovian_assets.keys import (
     SOURCE_LOCK,
     TREES_MATCH,
 )
+from jovian_assets.asset_results import AdoptionRefused, check_result, jovian_of, rev_of, string_table
 from jovian_assets.inputs import inside, path_under, read_text
 from jovian_assets.models import (
     AdoptedLock,
@@ -53,45 +54,9 @@ from resources.atomic import write_atomic
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
-from resources.names import NameRefused, check_name
 from resources.secrets import redact
 from resources.site import SiteResource
-from resources.site_jovian import JovianSection
 
-
-
-class AdoptionRefused(LockstepError):
-    """A rev cannot be adopted as it stands; nothing was written."""
-
-
-def _jovian(site: SiteResource) -> JovianSection:
-    config = site.config()
-    if config.jovian is None:
-        raise LockstepError(f"{config.path}: no [jovian] table: the Jovian graph needs the lab and build repos")
-    return config.jovian
-
-
-def rev_of(context: dg.AssetExecutionContext) -> str:
-    """The run's `lab_revs` partition as a rev name. A partition can be added by hand, and the rev
-    names files, directories, a docker tag and the node's PROFILE: checked before any of them."""
-    try:
-        return check_name("lab_revs partition", context.partition_key)
-    except NameRefused as exc:
-        raise AdoptionRefused(f"{exc}; nothing was written") from None
-
-
-def _check(key: dg.AssetKey, name: str, finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-           metadata: dict[str, dg.MetadataValue] | None = None) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(asset_key=key, check_name=name, passed=finding.passed, severity=severity,
-                               description=finding.description[:3000], metadata=metadata)
-
-
-def _table(rows: list[dict[str, object]], columns: list[str]) -> dg.MetadataValue:
-    schema = dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns])
-    return dg.MetadataValue.table(
-        records=[dg.TableRecord({c: "" if r.get(c) is None else str(r.get(c)) for c in columns}) for r in rows],
-        schema=schema,
-    )
 
 
 @dg.asset(
@@ -107,7 +72,7 @@ def _table(rows: list[dict[str, object]], columns: list[str]) -> dg.MetadataValu
     ),
 )
 def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes) -> dg.Output[AdoptedLock]:
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     lab_commit = context.run.tags.get(LAB_COMMIT_TAG) or git.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
     if lab_commit is None:
         raise AdoptionRefused(f"branch {jovian.lab_branch} does not exist on {redact(jovian.lab_repo)}")
@@ -120,9 +85,9 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
         **commit_entries(site.config().links, "lab_commit", jovian.lab_repo, lab_commit),
         "lock": dg.MetadataValue.text(f"{adopted.path} (blob {adopted.blob[:12]})"),
         "release": dg.MetadataValue.text(lock.release_name or ""),
-        "packages": _table([{"package": p.name, "repository": p.repository, "commit": p.commit, "tree": p.tree,
-                             "version": p.version} for p in lock.packages.values()],
-                           ["package", "repository", "commit", "tree", "version"]),
+        "packages": string_table([{"package": p.name, "repository": p.repository, "commit": p.commit, "tree": p.tree,
+                                   "version": p.version} for p in lock.packages.values()],
+                                 ["package", "repository", "commit", "tree", "version"]),
         "keys": dg.MetadataValue.int(len(lock.keys)),
     })
 
@@ -154,7 +119,7 @@ def source_lock(context: dg.AssetExecutionContext, site: SiteResource, git: GitR
 )
 def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
     from resources.changelog import changelog_metadata
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     lock = source_lock.lock
     missing = [p for p in jovian.packages if p not in lock.packages]
     if missing:
@@ -182,22 +147,22 @@ def fork_cut(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemo
         "window_minutes": dg.MetadataValue.float(cut.window_minutes),
         "previous_rev": dg.MetadataValue.text(cut.previous_rev or "(none: every pin is part of the cut)"),
         "holds": _holds_table(cut.holds),
-        "pins": _table([{"package": p.name, "commit": p.commit, "committed_at": p.committed_at.isoformat() if p.committed_at else "",
-                         "tree ok": str(p.tree == p.lock_tree), "error": p.error or ""} for p in cut.packages],
-                       ["package", "commit", "committed_at", "tree ok", "error"]),
-        "branches": _table([{"package": p.name, "branch": b.name, "tip": b.tip[:12], "ahead": b.ahead, "behind": b.behind}
-                            for p in cut.packages for b in p.branches], ["package", "branch", "tip", "ahead", "behind"]),
+        "pins": string_table([{"package": p.name, "commit": p.commit, "committed_at": p.committed_at.isoformat() if p.committed_at else "",
+                               "tree ok": str(p.tree == p.lock_tree), "error": p.error or ""} for p in cut.packages],
+                             ["package", "commit", "committed_at", "tree ok", "error"]),
+        "branches": string_table([{"package": p.name, "branch": b.name, "tip": b.tip[:12], "ahead": b.ahead, "behind": b.behind}
+                                  for p in cut.packages for b in p.branches], ["package", "branch", "tip", "ahead", "behind"]),
         **changelog_metadata(fork_changelogs(git, cut, urls)),
     })
     for name, finding in results.items():
         severity = dg.AssetCheckSeverity.WARN if name == NEWER_CUT else dg.AssetCheckSeverity.ERROR
         extra = {"holds": _holds_table(cut.holds)} if name == ONE_CUT else None
-        yield _check(FORK_CUT, name, finding, severity, extra)
+        yield check_result(FORK_CUT, name, finding, severity, extra)
 
 
 def _holds_table(held: list[HeldPin]) -> dg.MetadataValue:
-    return _table([{"package": h.package, "commit": h.commit, "since": h.since_rev, "hold": h.description} for h in held],
-                  ["package", "commit", "since", "hold"])
+    return string_table([{"package": h.package, "commit": h.commit, "since": h.since_rev, "hold": h.description} for h in held],
+                        ["package", "commit", "since", "hold"])
 
 
 @dg.asset(
@@ -229,7 +194,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
                   fork_cut: ForkCut):
     from jovian_assets import gb10
     from jovian_assets.profile import parse_env, plan_profile, render_profile
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     author = site.config().site.commit_author
     rev = rev_of(context)
     if source_lock.rev != rev:
@@ -267,23 +232,23 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
         "outcome": dg.MetadataValue.text(outcome),
         "build_dir": dg.MetadataValue.text(lineage),
         "profile": dg.MetadataValue.md(f"`{rel}`\n\n```\n{text}```"),
-        "diff_vs_versions_env": _table([d.model_dump() for d in diff], ["key", "base", "profile"]),
+        "diff_vs_versions_env": string_table([d.model_dump() for d in diff], ["key", "base", "profile"]),
         **commit_entries(site.config().links, "build_commit", jovian.build_repo, commit),
     })
-    yield _check(BUILD_PROFILE, PROFILE_KEYS_KNOWN, Finding(
+    yield check_result(BUILD_PROFILE, PROFILE_KEYS_KNOWN, Finding(
         passed=not unknown, description="; ".join(f"{versions_path}: {u}" for u in unknown)
         or f"all {len(diff)} profile keys are versions.env keys"))
     placed = [f for f in recipes.values() if f is not None]
-    yield _check(BUILD_PROFILE, RECIPES_TOP_LEVEL, Finding(
+    yield check_result(BUILD_PROFILE, RECIPES_TOP_LEVEL, Finding(
         passed=all(f.passed for f in placed),
         description="; ".join(f.description for f in placed if not f.passed) or f"{len(placed)} recipe(s) name build_profile at the top level"))
     overriding = [f for f in scattered.values() if f is not None]
-    yield _check(BUILD_PROFILE, RECIPES_NO_SCATTERED_PINS, Finding(
+    yield check_result(BUILD_PROFILE, RECIPES_NO_SCATTERED_PINS, Finding(
         passed=all(f.passed for f in overriding),
         description="; ".join(f.description for f in overriding if not f.passed)
         or f"no recipe sets a profile pin in its [build.versions] ({len(overriding)} have one)"), dg.AssetCheckSeverity.WARN)
     vllm = source_lock.lock.packages[jovian.cmake_package]
-    yield _check(BUILD_PROFILE, GB10_DEVIATIONS_CURRENT, gb10.deviations_finding(
+    yield check_result(BUILD_PROFILE, GB10_DEVIATIONS_CURRENT, gb10.deviations_finding(
         tree=f"{jovian.cmake_package}@{vllm.commit[:12]}",
         cuda_txt=git.show_file(url=vllm.repository, sha=vllm.commit, path=gb10.CUDA_REQUIREMENTS),
         deviations_path=deviations_rel, deviations_text=deviations_text), dg.AssetCheckSeverity.WARN)
@@ -311,7 +276,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
 )
 def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock):
     from jovian_assets import dep_table as dt
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     pkg = source_lock.lock.packages[jovian.cmake_package]
     with git.checkout(url=pkg.repository, sha=pkg.commit) as tree:
         rows = dt.parse_tree(tree.path)
@@ -328,19 +293,19 @@ def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRem
     vs_prev = dt.diff_tables(previous, rows) if previous is not None else None
     rows_json = dt.to_rows_json(rows)
     yield dg.Output(rows, metadata={
-        "deps": _table([{**r, "submodules": " ".join(r["submodules"]), "unresolved": " ".join(row.unresolved)}  # type: ignore[arg-type]
-                        for r, row in zip(rows_json, rows)], ["name", "repository", "tag", "submodules", "condition", "unresolved"]),
+        "deps": string_table([{**r, "submodules": " ".join(r["submodules"]), "unresolved": " ".join(row.unresolved)}  # type: ignore[arg-type]
+                              for r, row in zip(rows_json, rows)], ["name", "repository", "tag", "submodules", "condition", "unresolved"]),
         "rows_json": dg.MetadataValue.json(rows_json),
         "gate_list": dg.MetadataValue.text(gates_path),
         "vs_fetch_deps": dg.MetadataValue.md(_diff_md(vs_gates)),
         "vs_previous_rev": dg.MetadataValue.md(_diff_md(vs_prev) if vs_prev is not None else "no earlier rev recorded"),
     })
-    yield _check(DEP_TABLE, CUDA_PINS_GATED, dt.gated_finding(vs_gates, gates, gates_path=gates_path, rev=rev,
-                                                             new_dir=f"{jovian.build_dir}-{rev}"))
+    yield check_result(DEP_TABLE, CUDA_PINS_GATED, dt.gated_finding(vs_gates, gates, gates_path=gates_path, rev=rev,
+                                                                   new_dir=f"{jovian.build_dir}-{rev}"))
     resolved = dt.unresolved_finding(rows)
     cuda_open = any(r.unresolved and dt.is_cuda_path(r) for r in rows)
-    yield _check(DEP_TABLE, CMAKE_PINS_RESOLVED, resolved,
-                 dg.AssetCheckSeverity.ERROR if cuda_open else dg.AssetCheckSeverity.WARN)
+    yield check_result(DEP_TABLE, CMAKE_PINS_RESOLVED, resolved,
+                       dg.AssetCheckSeverity.ERROR if cuda_open else dg.AssetCheckSeverity.WARN)
 
 
 def _recipe_finding(root: Path, rel: str) -> Finding | None:
@@ -414,15 +379,9 @@ def dep_trees(context: dg.AssetExecutionContext, git: GitRemotes, dep_table: lis
         "root": dg.MetadataValue.path(str(root)),
         "bytes_fetched": dg.MetadataValue.int(sum(t.bytes_fetched for t in trees)),
         "bytes_reused": dg.MetadataValue.int(sum(t.bytes_reused for t in trees)),
-        "trees": _table([{"dep": t.name, "commit": (t.commit or "")[:12], "gitlinks": len(t.gitlinks),
-                          "fetched": t.bytes_fetched, "reused": t.bytes_reused} for t in trees],
-                        ["dep", "commit", "gitlinks", "fetched", "reused"]),
+        "trees": string_table([{"dep": t.name, "commit": (t.commit or "")[:12], "gitlinks": len(t.gitlinks),
+                                "fetched": t.bytes_fetched, "reused": t.bytes_reused} for t in trees],
+                              ["dep", "commit", "gitlinks", "fetched", "reused"]),
     })
-    yield _check(DEP_TREES, GITLINKS_POPULATED, gitlinks_populated(trees))
+    yield check_result(DEP_TREES, GITLINKS_POPULATED, gitlinks_populated(trees))
 
-
-adopt_lab_rev = dg.define_asset_job(
-    "adopt_lab_rev",
-    selection=dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES),
-    description="Adopt one lab rev: parse its lock, audit the fork cut, write the profile, re-sync the dep table, fetch the dep trees.",
-)

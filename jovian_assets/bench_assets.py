@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
+from jovian_assets.asset_results import check_result, jovian_of, rev_of, string_table
 from jovian_assets.inputs import inside, read_text
 from jovian_assets.keys import BENCH, LANE_SERVING, QUALITY_GATE
 from jovian_assets.models import Finding, LaneServing
-from jovian_assets.node_build import NodeBuildFailed
+from jovian_assets.bench_baseline import BenchFailed
 from jovian_assets.partitions import lab_revs
 from resources.atomic import write_atomic
 from resources.git import GitRemotes
 from resources.links import commit_entries
-from resources.names import NameRefused, check_relative_path
 from resources.site import SiteConfig, SiteResource
 from resources.site_jovian import LaneSection
 from resources.spark import SparkNodes
@@ -26,11 +25,6 @@ from resources.spark import SparkNodes
 # The bench tools' parsers and report writers load with the first bench run, not with the location.
 if TYPE_CHECKING:
     from jovian_assets.bench_tools import Baseline, GateVerdict
-
-
-
-class BenchFailed(NodeBuildFailed):
-    """A bench command failed on the node, or left no result to read; the message names node and command."""
 
 
 def run_bench(spark: SparkNodes, *, node: str, lane: LaneSection, serving: LaneServing, remote_dir: str,
@@ -85,7 +79,7 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
     )
 
     config = site.config()
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     lane = jovian.lane
     if lane is None:
         raise BenchFailed(f"{config.path}: no [jovian.lane] to bench")
@@ -140,15 +134,15 @@ def bench_report(context: dg.AssetExecutionContext, site: SiteResource, git: Git
         "served_image_id": dg.MetadataValue.text(serving.image_id),
         "baseline": dg.MetadataValue.text(f"{baseline.run.final_score} ({baseline.rev}, run {baseline.run.run_id})"
                                           if baseline else "none recorded"),
-        "categories": _table([c.model_dump() for c in quality.categories], ["category", "label", "percent", "earned", "max"]),
-        "perf": _table([r.model_dump() for r in perf.rows], ["test", "concurrency", "tokens_per_s"]),
+        "categories": string_table([c.model_dump() for c in quality.categories], ["category", "label", "percent", "earned", "max"]),
+        "perf": string_table([r.model_dump() for r in perf.rows], ["test", "concurrency", "tokens_per_s"]),
         "report": dg.MetadataValue.text(rel),
         "night_shift": dg.MetadataValue.text(night),
         **({"restored": dg.MetadataValue.text(restored)} if restored else {}),
         **commit_entries(config.links, "build_commit", jovian.build_repo, commit),
     })
-    yield _check(BENCH, QUALITY_GATE, Finding(passed=verdict.passed, description=verdict.description
-                                              + (f"; the lane serves {restored} again" if restored else "")))
+    yield check_result(BENCH, QUALITY_GATE, Finding(passed=verdict.passed, description=verdict.description
+                                                    + (f"; the lane serves {restored} again" if restored else "")))
 
 
 def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: SiteConfig,
@@ -161,34 +155,3 @@ def put_lane_back(context: dg.AssetExecutionContext, spark: SparkNodes, config: 
     return "nothing (it served nothing before)" if back is None else f"{back.tag} ({back.image_id})"
 
 
-def rebaseline(config: SiteConfig, git: GitRemotes, report: str, *, now: datetime | None = None) -> "Baseline":
-    """Make the run a filed report records the lane's baseline: `recipes/<lane>/baseline.json` in the build
-    repo, one commit pushed fast-forward. A person chooses the report; lockstep copies its run record."""
-    from jovian_assets.bench_tools import baseline_from_report, baseline_json, baseline_path
-
-    if config.jovian is None or config.jovian.lane is None:
-        raise BenchFailed(f"{config.path}: no [jovian.lane]: there is no lane to re-baseline")
-    jovian, lane = config.jovian, config.jovian.lane
-    try:
-        rel = check_relative_path("report", report)
-    except NameRefused as exc:
-        raise BenchFailed(f"{exc}; nothing was written") from None
-    if not (rel.startswith(f"recipes/{lane.name}/reports/") and rel.endswith(".md")):
-        raise BenchFailed(f"{report!r} is not a report of lane {lane.name}: give recipes/{lane.name}/reports/<file>.md")
-    with git.checkout(url=jovian.build_repo, branch=jovian.build_branch) as wt:
-        path = inside(wt.path, rel)
-        if not path.is_file():
-            raise BenchFailed(f"{jovian.build_repo} ({jovian.build_branch}) has no {rel}")
-        text = read_text(path, f"{jovian.build_repo}:{rel}")
-        baseline = baseline_from_report(text, f"{jovian.build_repo}:{rel}", lane=lane.name,
-                                        recorded_at=now or datetime.now(timezone.utc),
-                                        recorded_by=config.site.commit_author)
-        target = inside(wt.path, baseline_path(lane.name))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, baseline_json(baseline))
-        git.commit_all(worktree=wt, author=config.site.commit_author, paths=[baseline_path(lane.name)],
-                       message=f"bench: {lane.name} baseline is {baseline.rev}'s run {baseline.run.run_id} "
-                       f"({baseline.run.tool} {baseline.run.tool_version}, score {baseline.run.final_score}, "
-                       f"graded {baseline.run.graded_text}) from {rel}")
-        git.push_fast_forward(worktree=wt)
-    return baseline

@@ -11,23 +11,17 @@ import dagster as dg
 gc.freeze()
 
 from jovian_assets.adoption_assets import (
-    adopt_lab_rev,
     build_profile,
     dep_table,
     dep_trees,
     fork_cut,
     source_lock,
 )
-from jovian_assets.bench_assets import BENCH, bench_report
-from jovian_assets.keys import LANE_SERVING
+from jovian_assets.bench_assets import bench_report
+from jovian_assets.jobs import adopt_lab_rev, build_jovian_rev
 from jovian_assets.lane_assets import lane, lane_serving
-from jovian_assets.node_assets import (
-    DISTRIBUTED,
-    IMAGE,
-    build_image_asset,
-    distributed_image,
-    node_pool,
-)
+from jovian_assets.keys import node_pool
+from jovian_assets.node_assets import build_image_asset, distributed_image
 from jovian_assets.partitions import lab_revs
 from resources.git import git_for
 from resources.site import (
@@ -41,17 +35,6 @@ from resources.site import (
 from resources.spark import spark_for
 from sensors.lab_revs import build_lab_rev_sensor
 from sensors.lane_watch import build_lane_watch_sensor
-
-# Non-idempotent: a retry would restart an hours-long build and file a second bench report.
-NO_RETRIES = {"dagster/max_retries": "0"}
-
-build_jovian_rev = dg.define_asset_job(
-    "build_jovian_rev",
-    selection=dg.AssetSelection.assets(IMAGE, DISTRIBUTED, LANE_SERVING, BENCH),
-    tags=NO_RETRIES,
-    description="Build an adopted rev on the build node, gate it, distribute it to the lane, boot it there, bench it and "
-    "file the report.",
-)
 
 
 def jovian_resources(site: SiteConfig | None) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Every asset key and check name of the jovian location, declared once.
+"""Every asset key and check name of the jovian location, declared once, and its pools' names.
 
 Every module that names a key imports it from here: the assets that define them, the lane code (which
 reads the lane's history), the sensors, the status and the alerts. Their own module, so naming a key
@@ -38,6 +38,13 @@ BOOT_GATES = "boot_gates"
 IMAGE_LABELED = "image_labeled"
 # jovian/bench_report's:
 QUALITY_GATE = "quality_not_below_baseline"
+
+
+
+def node_pool(node: str) -> str:
+    """The Dagster pool of one DGX node: builds on a node run one at a time (instance default_limit 1)."""
+    return f"spark_node/{node}"
+
 
 # lane_watch_sensor's observation of LANE (sensors/lane_watch.py), read by lockstep/status (tpu location).
 LANE_WATCH_SENSOR = "lane_watch_sensor"

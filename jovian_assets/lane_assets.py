@@ -5,7 +5,7 @@ The lane code (jovian_assets.lane) loads with the first run that boots, not with
 
 import dagster as dg
 
-from jovian_assets.adoption_assets import _jovian, _table, rev_of
+from jovian_assets.asset_results import jovian_of, rev_of, string_table
 from jovian_assets.keys import LANE, LANE_SERVING
 from jovian_assets.models import LaneServing
 from jovian_assets.node_build import Distribution
@@ -49,7 +49,7 @@ def lane_serving(context: dg.AssetExecutionContext, site: SiteResource, spark: S
                  distributed_image: Distribution) -> dg.Output[LaneServing]:
     from jovian_assets.lane import LaneBootFailed, boot_rev
     config = site.config()
-    section = _jovian(site).lane
+    section = jovian_of(site).lane
     if section is None:
         raise LaneBootFailed(f"{config.path}: no [jovian.lane]: no lane to boot {rev_of(context)} on")
     serving = boot_rev(context, spark, config, section, rev=rev_of(context), tag=distributed_image.tag,
@@ -65,12 +65,12 @@ def serving_metadata(serving: LaneServing) -> dict[str, dg.MetadataValue]:
         "served_image_id": dg.MetadataValue.text(serving.image_id),
         "start": dg.MetadataValue.text("warm" if serving.warm else "cold"),
         "seconds_to_endpoint": dg.MetadataValue.float(serving.seconds_to.get(ENDPOINT, 0.0)),
-        "readiness": _table([{"mark": mark, "seconds": seconds} for mark, seconds in serving.seconds_to.items()],
-                            ["mark", "seconds"]),
+        "readiness": string_table([{"mark": mark, "seconds": seconds} for mark, seconds in serving.seconds_to.items()],
+                                  ["mark", "seconds"]),
         "budget_s": dg.MetadataValue.float(serving.budget_s or 0.0),
-        "nodes": _table([{"node": n, "image_id": i, "jit_cache": "warm" if serving.jit_warm.get(n) else "cold",
-                          "role": "head (endpoint)" if n == serving.bench_node else "worker"}
-                         for n, i in serving.nodes.items()], ["node", "role", "image_id", "jit_cache"]),
+        "nodes": string_table([{"node": n, "image_id": i, "jit_cache": "warm" if serving.jit_warm.get(n) else "cold",
+                                "role": "head (endpoint)" if n == serving.bench_node else "worker"}
+                               for n, i in serving.nodes.items()], ["node", "role", "image_id", "jit_cache"]),
         "base_url": dg.MetadataValue.text(f"{serving.base_url} (on {serving.bench_node})"),
         "model": dg.MetadataValue.text(serving.model),
         "previous": dg.MetadataValue.text(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from jovian_assets.adoption_assets import _check, _jovian, _table, rev_of
-from jovian_assets.keys import BOOT_GATES, DEP_TREES, DISTRIBUTED, IMAGE, IMAGE_LABELED
+from jovian_assets.asset_results import check_result, jovian_of, rev_of, string_table
+from jovian_assets.keys import BOOT_GATES, DEP_TREES, DISTRIBUTED, IMAGE, IMAGE_LABELED, node_pool
 from jovian_assets.models import AdoptedLock, BuildProfile, DepTrees
 from jovian_assets.node_build import (
     Distribution,
@@ -36,7 +36,7 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
                    source_lock: AdoptedLock, build_profile: BuildProfile,
                    dep_trees: DepTrees) -> Iterator[dg.Output[NodeImage] | dg.AssetCheckResult]:
     config = site.config()
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     if config.spark is None or jovian.build_node is None:
         raise NodeBuildFailed(f"{config.path}: [spark] nodes and [jovian].build_node are needed to build on a node")
     rev, node = rev_of(context), jovian.build_node
@@ -77,13 +77,13 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
         "build_log": dg.MetadataValue.text(handle.log),
         "duration_s": dg.MetadataValue.float(image.duration_s),
         "build_dir_checksum": dg.MetadataValue.text(checksum),
-        "expected_pins": _table([{"package": k, "pin": v} for k, v in image.expected_pins.items()], ["package", "pin"]),
+        "expected_pins": string_table([{"package": k, "pin": v} for k, v in image.expected_pins.items()], ["package", "pin"]),
         "labels": dg.MetadataValue.json(labels),
         "log_tail": dg.MetadataValue.md(f"```\n{tail[-3000:]}\n```"),
-        "boot_gates": _table([{"gate": g, **o} for g, o in gate_outputs.items()], ["gate", "exit", "stdout", "stderr"]),
+        "boot_gates": string_table([{"gate": g, **o} for g, o in gate_outputs.items()], ["gate", "exit", "stdout", "stderr"]),
     })
-    yield _check(IMAGE, BOOT_GATES, gates_finding)
-    yield _check(IMAGE, IMAGE_LABELED, label_finding(tag, labels, checksum), dg.AssetCheckSeverity.WARN)
+    yield check_result(IMAGE, BOOT_GATES, gates_finding)
+    yield check_result(IMAGE, IMAGE_LABELED, label_finding(tag, labels, checksum), dg.AssetCheckSeverity.WARN)
 
 
 
@@ -91,11 +91,6 @@ def step_heartbeat(config: SiteConfig, step: str, budget_s: float | None, contex
     """A long step's heartbeat in the run's log, every [timeouts] heartbeat_s, the site's secrets masked."""
     return Heartbeat(step, budget_s=budget_s, log=context.log.info, every_s=config.timeouts.heartbeat_s,
                      secrets=secret_values(config.secret_env_names()))
-
-
-def node_pool(node: str) -> str:
-    """The Dagster pool of one DGX node: builds on a node run one at a time (instance default_limit 1)."""
-    return f"spark_node/{node}"
 
 
 def build_image_asset(pool: str) -> dg.AssetsDefinition:
@@ -147,7 +142,7 @@ def build_image_asset(pool: str) -> dg.AssetsDefinition:
 def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, spark: SparkNodes,
                       image: NodeImage) -> dg.Output[Distribution]:
     config = site.config()
-    jovian = _jovian(site)
+    jovian = jovian_of(site)
     if jovian.lane is None:
         raise NodeBuildFailed(f"{config.path}: no [jovian.lane]: nothing to distribute to")
     from jovian_assets.node_build import distribute_image
@@ -156,7 +151,7 @@ def distributed_image(context: dg.AssetExecutionContext, site: SiteResource, spa
                             heartbeat=step_heartbeat(config, f"distribution of {image.tag}", None, context))
     return dg.Output(done, metadata={
         "image_id": dg.MetadataValue.text(image.image_id),
-        "nodes": _table([{"node": n, "image_id": i} for n, i in done.nodes.items()], ["node", "image_id"]),
+        "nodes": string_table([{"node": n, "image_id": i} for n, i in done.nodes.items()], ["node", "image_id"]),
         "bytes": dg.MetadataValue.int(done.bytes),
         "mode": dg.MetadataValue.text(done.mode),
     })

@@ -36,7 +36,7 @@ from resources.errors import LockstepError
 LOCATION = "tpu"
 SHA_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")  # as lockstep/cli.py's: checked before anything is asked
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-MAX_TEXT = 500  # as a rejection's reason (tpu_assets/rejection_assets.py MAX_TEXT): one line, kept in records
+MAX_TEXT = 500  # as a rejection's reason (tpu_assets/rejection.py MAX_TEXT): one line, kept in records
 MAX_BY = 100
 # The exceptions a job raises on purpose to say "no" (tpu_assets: promotion.py, promotion_policy.py,
 # attestation.py, lock_assets.py). A run that failed with one of them is a negative answer, not a crash.
@@ -263,7 +263,7 @@ def _local_promote_plan(*, build: str, override_freeze: bool, note: str, as_json
     from resources.site import load_site
     from tpu_assets.history import verified_history
     from tpu_assets.promotion_policy import PolicyRefused
-    from tpu_assets.rejection_assets import now_utc, policy_gate
+    from tpu_assets.rejection import now_utc, policy_gate
 
     def plan() -> tuple[str, bool, dict[str, object]]:
         site = load_site()

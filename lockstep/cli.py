@@ -309,7 +309,7 @@ def _record_rejection(build: str, *, rejected: bool, by: str, reason: str) -> No
     import getpass
 
     from resources.site import load_site
-    from tpu_assets.rejection_assets import record_rejection
+    from tpu_assets.rejection import record_rejection
 
     if not _SHA_PREFIX.match(build):
         raise click.BadParameter(f"{build!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)",
@@ -489,7 +489,7 @@ def lane() -> None:
 def lane_rebaseline(report: str) -> None:
     """Make the run a filed bench report records (REPORT: recipes/<lane>/reports/<file>.md in the build
     repo) the lane's baseline: writes recipes/<lane>/baseline.json there, committed and pushed."""
-    from jovian_assets.bench_assets import rebaseline
+    from jovian_assets.bench_baseline import rebaseline
     from resources.git import git_for
     from resources.site import load_site
 

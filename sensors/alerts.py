@@ -18,30 +18,20 @@ from collections.abc import Sequence
 import dagster as dg
 from pydantic import Field
 
-from resources.alerts import (
-    BENCH_REPORT,
-    BUILD_PROFILE,
-    HARBOR_LOCK,
-    Alert,
-    AlertNotDelivered,
-    alert_for,
-    bench_alert,
-    branch_gone_alert,
-    check_warned_alert,
-    deliver,
-    rev_adopted_alert,
-    verified_waiting_alert,
-)
+from jovian_assets.keys import BENCH as BENCH_REPORT
+from jovian_assets.keys import BUILD_PROFILE
+from resources.alerts import Alert, AlertNotDelivered, branch_gone_alert, check_warned_alert, deliver
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.model import Model
 from resources.secrets import redact
 from resources.site import SiteConfig, SiteResource
 from resources.site_alerts import AlertsSection, Webhook
-from sensors.harbor import default_sensor_status
+from sensors.tick_resources import default_sensor_status
 from tpu_assets.history import tag_history
-from tpu_assets.keys import FLOATING_TAG, VERIFIED_IMAGE
-from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
+from tpu_assets.alert_events import alert_for, bench_alert, rev_adopted_alert, verified_waiting_alert
+from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, VERIFIED_IMAGE
+from tpu_assets.rejection import auto_promote_refusal, now_utc
 
 MAX_FAILED_TICKS = 3
 _PAGE = 100

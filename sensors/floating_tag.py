@@ -22,8 +22,7 @@ import dagster as dg
 from resources.errors import LockstepError
 from resources.registry import ImageRef, Registry
 from resources.site import SiteResource
-from sensors.harbor import default_sensor_status
-from sensors.tick_resources import tick_budget
+from sensors.tick_resources import default_sensor_status, tick_budget
 from tpu_assets.history import log_state, move_materialization
 from tpu_assets.promotion import floating_tag_lock_name, served
 from tpu_assets.tag_lock import TagLockTimeout, floating_tag_lock

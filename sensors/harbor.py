@@ -1,8 +1,5 @@
 """harbor_branch_sensor: one ls-remote per tick; a new harbor tip requests exactly one re-lock."""
 
-
-import os
-
 import dagster as dg
 
 from resources.errors import LockstepError
@@ -10,16 +7,10 @@ from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.secrets import redact
 from resources.site import SiteResource
-from sensors.tick_resources import for_ticks, tick_budget
+from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 from tpu_assets.harbor_hold import read_hold
 
 HARBOR_COMMIT_TAG = "lockstep/harbor_commit"
-
-
-def default_sensor_status() -> dg.DefaultSensorStatus:
-    """Sensors start RUNNING under `lockstep demo` (the sandbox), STOPPED elsewhere until a person turns them on."""
-    running = os.environ.get("LOCKSTEP_SENSORS_RUNNING") == "1"
-    return dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
 
 
 def build_harbor_branch_sensor(

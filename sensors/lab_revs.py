@@ -7,8 +7,7 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
-from sensors.harbor import default_sensor_status
-from sensors.tick_resources import for_ticks, tick_budget
+from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 
 
 def build_lab_rev_sensor(

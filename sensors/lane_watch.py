@@ -26,8 +26,7 @@ from resources.secrets import redact, secret_values
 from resources.site import SiteConfig, SiteResource
 from resources.site_jovian import LaneSection
 from resources.spark import SparkNodes
-from sensors.harbor import default_sensor_status
-from sensors.tick_resources import tick_budget
+from sensors.tick_resources import default_sensor_status, tick_budget
 
 INSPECT_S = 20.0  # one `docker container inspect`; less when the tick's budget has less left
 _WHY_CHARS = 300

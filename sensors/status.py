@@ -4,11 +4,11 @@ Each tick gathers the status (tpu_assets/status.py: the instance's records, one 
 consumer's uv.lock from git) and compares its hash with the newest recorded `lockstep/status`
 observation's: equal, it skips saying so; different, it returns the new observation. So the event log
 holds one record per change, and the newest one is what the webserver serves to `lockstep status`
-(no dagster import, no database access on the reader's side). `refresh_status` (a job) records one at
-once, when a person will not wait for the next tick.
+(no dagster import, no database access on the reader's side). `refresh_status` (a job, tpu_assets/jobs.py) records
+one at once, when a person will not wait for the next tick.
 """
 
-# No `from __future__ import annotations`: Dagster reads the op's context annotation at definition time.
+# No `from __future__ import annotations`: Dagster reads the sensor's resource annotations at definition time.
 
 import dagster as dg
 
@@ -16,11 +16,9 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.registry import Registry
 from resources.site import SiteResource
-from sensors.harbor import default_sensor_status
-from sensors.tick_resources import for_ticks, tick_budget
+from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, STATUS, VERIFIED_IMAGE
-from tpu_assets.promotion_policy import utc
-from tpu_assets.rejection_assets import now_utc
+from tpu_assets.rejection import now_utc
 from tpu_assets.status import fingerprint, gather_status, newest_status_hash, status_observation
 
 STATUS_SENSOR = "status_sensor"
@@ -72,16 +70,3 @@ def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> d
 
     return status_sensor
 
-
-@dg.op(name="record_status", description="Gather what is deployed where now and record it (lockstep/status).")
-def refresh_status_op(context: dg.OpExecutionContext, site: SiteResource, git: GitRemotes, registry: Registry) -> None:
-    status = gather_status(site.config(), context.instance, git, registry, now=now_utc(), source="refresh_status")
-    context.log_event(status_observation(status))
-    context.log.info(f"status as of {utc(status.as_of).isoformat()}: {len(status.warnings)} warnings, "
-                     f"{len(status.errors)} unknown facts")
-
-
-@dg.job(name="refresh_status", description=(
-    "Record what is deployed where now (lockstep/status), without waiting for status_sensor's next tick."))
-def refresh_status() -> None:
-    refresh_status_op()

@@ -1,4 +1,5 @@
-"""The resource objects a sensor tick uses directly, not through Dagster's per-tick resource init.
+"""What every sensor tick shares: its default status, its time budget, and the resource objects it uses
+directly, not through Dagster's per-tick resource init.
 
 A sensor that declares a resource parameter has Dagster open the instance from its ref on every tick
 (`SensorEvaluationContext.resources` passes `self.instance` to `build_resources`) and rebuild each
@@ -11,6 +12,7 @@ for every run), and declare none.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TypeVar
 
 import dagster as dg
@@ -21,6 +23,12 @@ from resources.site import SiteResource
 from resources.site_timeouts import TimeoutsSection
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
+
+
+def default_sensor_status() -> dg.DefaultSensorStatus:
+    """Sensors start RUNNING under `lockstep demo` (the sandbox), STOPPED elsewhere until a person turns them on."""
+    running = os.environ.get("LOCKSTEP_SENSORS_RUNNING") == "1"
+    return dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
 
 
 def for_ticks(resource: object, kind: type[R], *, key: str) -> R:

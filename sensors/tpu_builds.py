@@ -7,12 +7,11 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
 from resources.site import SiteResource
-from sensors.harbor import default_sensor_status
-from sensors.tick_resources import for_ticks, tick_budget
+from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 from tpu_assets.history import tag_history
 from tpu_assets.keys import VERIFIED_IMAGE
 from tpu_assets.rebuild_policy import rebuild_reason
-from tpu_assets.rejection_assets import auto_promote_refusal, now_utc
+from tpu_assets.rejection import auto_promote_refusal, now_utc
 from tpu_assets.rollback import current_state
 
 

@@ -292,7 +292,8 @@ def test_the_first_delivery_of_a_fresh_process_logs_no_webhook_path_at_debug(
 
 def test_a_failed_non_blocking_error_check_is_a_check_failure_and_a_failed_warn_check_is_not() -> None:
     """Its run succeeds (nothing fails it), so without an alert of its own nobody would hear of it."""
-    from resources.alerts import alert_for, check_warned_alert
+    from resources.alerts import check_warned_alert
+    from tpu_assets.alert_events import alert_for
     from resources.site_alerts import AlertsSection
 
     @dg.asset(check_specs=[dg.AssetCheckSpec("size_sane", asset="thing"), dg.AssetCheckSpec("looks_old", asset="thing")])

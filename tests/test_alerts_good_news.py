@@ -19,8 +19,8 @@ import pytest
 
 from jovian_assets.adoption_assets import BUILD_PROFILE
 from jovian_assets.bench_assets import BENCH
-from resources.alerts import BENCH_REPORT, HARBOR_LOCK, alert_for, rev_adopted_alert
-from resources.alerts import BUILD_PROFILE as ALERTS_BUILD_PROFILE
+from tpu_assets.alert_events import BENCH_REPORT, HARBOR_LOCK, alert_for, rev_adopted_alert
+from tpu_assets.alert_events import BUILD_PROFILE as ALERTS_BUILD_PROFILE
 from resources.changelog import ChangeCommit, CommitRange, changelog_metadata
 from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
 from sandbox.jovian_world import new_lab_rev

@@ -26,12 +26,22 @@ from resources.uv import UvCli
 from sensors.alerts import build_alert_sensor
 from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
-from sensors.status import build_status_sensor, refresh_status, status_spec
+from sensors.status import build_status_sensor, status_spec
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
 from tpu_assets.image_assets import image, smoke, verified_image
+from tpu_assets.jobs import (
+    build_tpu,
+    promote_tpu,
+    refresh_status,
+    reject_tpu_build,
+    release_harbor_hold,
+    release_tpu_build,
+    release_tpu_hold,
+    relock_harbor,
+    rollback_tpu,
+)
+from tpu_assets.keys import HARBOR_HEAD, HARBOR_LOCK
 from tpu_assets.lock_assets import (
-    HARBOR_HEAD,
-    HARBOR_LOCK,
     harbor_head,
     harbor_lock,
     harbor_version_moved,
@@ -42,30 +52,6 @@ from tpu_assets.partitions import tpu_builds
 from tpu_assets.promotion_assets import (
     floating_tag,
     floating_tag_bakes_locked_harbor,
-    promote_tpu,
-    release_tpu_hold,
-    rollback_tpu,
-)
-from tpu_assets.rejection_assets import reject_tpu_build, release_tpu_build
-
-relock_harbor = dg.define_asset_job(
-    "relock_harbor",
-    selection=dg.AssetSelection.assets(harbor_lock),
-    description="Re-lock harbor in the consumer repo (uv.lock + Dockerfile HARBOR_COMMIT), checked, pushed fast-forward.",
-)
-release_harbor_hold = dg.define_asset_job(
-    "release_harbor_hold",
-    selection=dg.AssetSelection.assets(harbor_lock),
-    config={"ops": {"tpu__harbor_lock": {"config": {"release_hold": True}}}},
-    description=(
-        "Release the harbor hold a runtime rollback set: follow the harbor branch again and re-lock to its tip "
-        "(uv.lock + HARBOR_COMMIT, checked, pushed fast-forward)."
-    ),
-)
-build_tpu = dg.define_asset_job(
-    "build_tpu",
-    selection=dg.AssetSelection.assets(image, smoke, verified_image),
-    description="Build :tpu-<gitsha> on iris, verify the installed files, smoke it, record it as verified.",
 )
 
 

@@ -18,7 +18,16 @@ from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
 from resources.signing import AttestSigner
 from resources.site import SiteResource
-from tpu_assets.keys import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES, HARBOR_LOCK, IMAGE, SMOKE, VERIFIED_IMAGE
+from tpu_assets.keys import (
+    CHECK_INSTALLED,
+    CHECK_LAYERS,
+    CHECK_PROBES,
+    HARBOR_LOCK,
+    IMAGE,
+    IRIS_POOL,
+    SMOKE,
+    VERIFIED_IMAGE,
+)
 from tpu_assets.models import (
     BuiltImage,
     Finding,
@@ -65,8 +74,6 @@ def _check_result(name: str, finding: Finding) -> dg.AssetCheckResult:
     )
 
 
-# iris builds at once: the cluster's quota, set per instance (`lockstep pools --iris-builds N`).
-IRIS_POOL = "iris_builds"
 
 
 @dg.asset(

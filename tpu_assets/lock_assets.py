@@ -5,14 +5,14 @@ from pydantic import Field
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.links import commit_entries
-from resources.site import SiteConfig, SiteResource
+from resources.site import SiteResource
 from resources.uv import UvCli
 from tpu_assets.harbor_hold import hold_entries, read_hold
 from tpu_assets.history import BY, acted_by
 from tpu_assets.lock_checks import pins_agree, version_moved
 from tpu_assets.models import Finding, HarborLock
 from tpu_assets.keys import HARBOR_HEAD, HARBOR_LOCK
+from tpu_assets.lock_record import lock_metadata
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.relock import relock_harbor
 from tpu_assets.runtime_pin import release_runtime
@@ -42,27 +42,6 @@ harbor_head = dg.AssetSpec(
         "`tpu/harbor_lock` is stale."
     ),
 )
-
-
-def lock_metadata(lock: HarborLock, site: SiteConfig) -> dict[str, dg.MetadataValue]:
-    b, a = lock.before, lock.after
-    if lock.pushed:
-        outcome = f"Pushed **{lock.consumer_commit[:8]}** to `{lock.consumer_branch}` (was {lock.consumer_base[:8]})."
-    else:
-        outcome = f"Already at the harbor tip: nothing committed, nothing pushed. Consumer stays at {lock.consumer_commit[:8]}."
-    if a.commit != lock.harbor_tip:
-        outcome += f" Note: uv locked {a.commit[:8]}, the branch tip lockstep saw was {lock.harbor_tip[:8]}."
-    meta: dict[str, dg.MetadataValue] = {
-        "outcome": dg.MetadataValue.md(outcome),
-        "harbor_version": dg.MetadataValue.text(f"{b.version} -> {a.version}"),
-        **commit_entries(site.links, "harbor_commit", site.tpu.harbor_repo, a.commit, text=f"{b.commit} -> {a.commit}"),
-        **commit_entries(site.links, "consumer_commit", site.tpu.consumer_repo, lock.consumer_commit),
-        "pushed": dg.MetadataValue.bool(lock.pushed),
-        "dockerfile_pin": dg.MetadataValue.text(f"{lock.dockerfile}:{lock.dockerfile_line}"),
-    }
-    if lock.lock_diff:
-        meta["lock_diff"] = dg.MetadataValue.md(f"```diff\n{lock.lock_diff}\n```")
-    return meta
 
 
 @dg.asset(

@@ -39,12 +39,13 @@ from tpu_assets.promotion import (
     put_and_reread,
     resolve_served,
 )
-from tpu_assets.rejection_assets import (
+from tpu_assets.rejection import (
     now_utc,
     override_entries,
     policy_gate,
     refuse_rejected_rollback,
 )
+from tpu_assets.jobs import promote_tpu  # noqa: F401  the old import path (tests/tpu/crash_location.py)
 from tpu_assets.rollback import TagMove
 from tpu_assets.runtime_rollback import Scope, pin_after_image_rollback, runtime_only
 from tpu_assets.tag_lock import floating_tag_lock
@@ -186,27 +187,6 @@ def floating_tag(context: dg.AssetExecutionContext, config: FloatingTagConfig, s
             record(outside)
     if config.action == "rollback" and config.scope != "image":
         pin_after_image_rollback(context, cfg, git, uv, scope=config.scope, move=ours, verified=verified)
-
-
-def _action_job(name: str, action: str, description: str):  # type: ignore[no-untyped-def]
-    return dg.define_asset_job(
-        name,
-        selection=dg.AssetSelection.assets(FLOATING_TAG),
-        config={"ops": {"tpu__floating_tag": {"config": {"action": action}}}},
-        # Never retried by the daemon: a retried rollback would walk one build further back.
-        tags={"dagster/max_retries": "0"},
-        description=description,
-    )
-
-
-promote_tpu = _action_job("promote_tpu", "promote", "Move the floating tag to a verified build (newest, or `build`), compare-and-swap.")
-rollback_tpu = _action_job(
-    "rollback_tpu", "rollback",
-    "Move the floating tag back to a verified build that contains `must_contain` (or to `build`); refuses "
-    "no-op targets and sets a hold. `scope`: image, runtime (pin harbor in uv.lock to the target's, hold the "
-    "harbor sensor) or both; default both when the target bakes another harbor than the lock.",
-)
-release_tpu_hold = _action_job("release_tpu_hold", "release_hold", "Release the hold a rollback set, so promotions can resume.")
 
 
 @dg.asset_check(

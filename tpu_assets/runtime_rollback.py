@@ -22,11 +22,11 @@ from resources.uv import UvCli, UvLock
 from tpu_assets.harbor_hold import hold_entries
 from tpu_assets.history import tag_history, verified_history
 from tpu_assets.keys import HARBOR_LOCK
-from tpu_assets.lock_assets import lock_metadata
+from tpu_assets.lock_record import lock_metadata
 from tpu_assets.models import HarborLock
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.promotion import PromotionRefused, rollback_plan
-from tpu_assets.rejection_assets import refuse_rejected_rollback
+from tpu_assets.rejection import refuse_rejected_rollback
 from tpu_assets.rollback import (
     Candidate,
     RollbackPlan,

@@ -85,7 +85,7 @@ def _verdict(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, re
     from tpu_assets.attestation import AttestationRefused, require_attestation
     from tpu_assets.changelog import HARBOR
     from tpu_assets.promotion_policy import open_freeze, rejection_refusal, shown, soak_refusal
-    from tpu_assets.rejection_assets import rejections
+    from tpu_assets.rejection import rejections
 
     newest = next(iter(verified), None)
     if newest is None:
