@@ -3,8 +3,8 @@ a verified build waiting for promotion, a failed WARN check, an adopted lab rev 
 (score and baseline), and a webhook's `events` keeps out what it does not list.
 
 Every event is made for real, in-process, on one test instance: the sandbox's harbor is advanced,
-re-locked, built, verified, promoted and rolled back (tests/runs.py), and a lab rev is adopted, built,
-served and benched on the sandbox's Spark nodes (tests/jovian/lab.py). Two real HTTP receivers on
+re-locked, built, verified, promoted and rolled back (tests/support/runs.py), and a lab rev is adopted, built,
+served and benched on the sandbox's Spark nodes (tests/support/jovian/lab.py). Two real HTTP receivers on
 127.0.0.1 take the posts: one webhook without `events` (every kind), one that lists a few.
 """
 
@@ -25,8 +25,8 @@ from resources.changelog import ChangeCommit, CommitRange, changelog_metadata
 from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import Sandbox
-from tests.jovian.lab import Lab
-from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
+from tests.support.jovian.lab import Lab
+from tests.support.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
 from tests.test_alerts import SANDBOX_ALERTS, Receiver, Ticker
 from tpu_assets.harbor_hold import hold_entries
 from tpu_assets.history import FLOATING_TAG

@@ -13,7 +13,7 @@ import pytest
 from sandbox.engines import Engine, engine_dirs
 from sandbox.processes import alive
 from sandbox.teardown import stop_sandbox
-from tests.ui.dagster_dev import start_demo, stop_demo
+from tests.support.ui.dagster_dev import start_demo, stop_demo
 
 pytestmark = pytest.mark.heavy(40)  # seconds, about: `dagster dev` starting both code locations
 

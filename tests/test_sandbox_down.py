@@ -19,7 +19,7 @@ from sandbox.processes import alive
 from sandbox.spark_nodes import node_root, start_engines
 from sandbox.teardown import stop_sandbox
 from sandbox.world import up
-from tests.servers import processes
+from tests.support.servers import processes
 
 
 def _tree(pids: list[int]) -> set[int]:

@@ -32,11 +32,11 @@ from sandbox.fake_iris_jobs import _in_task_root
 from sandbox.shell_place import ShellPlaceError, replace_paths
 from sandbox.teardown import stop_sandbox as stop_sandbox_dir
 from sandbox.world import advance_harbor, up
-from tests.canary_scan import Canary, scan
+from tests.support.canary_scan import Canary, scan
 from tests.conftest import sandbox_resources, stop_sandbox
-from tests.registry_server import running_registry
-from tests.report import count
-from tests.runs import Pipeline, failure_message
+from tests.support.registry_server import running_registry
+from tests.support.report import count
+from tests.support.runs import Pipeline, failure_message
 
 SECRET = "ghp_hostileDirTokenValue0123456789abcd"
 IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"

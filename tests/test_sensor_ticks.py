@@ -26,7 +26,7 @@ from resources.site_cache import SiteCache
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor
 from tests.conftest import sandbox_resources
-from tests.report import count
+from tests.support.report import count
 from tpu_assets.definitions import build_defs as tpu_build_defs
 from tpu_assets.definitions import harbor_sensor
 

@@ -36,7 +36,7 @@ from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.spark_nodes import node_env
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources, stop_sandbox
-from tests.runs import failure_message
+from tests.support.runs import failure_message
 
 LANE_NODES = ("spark-a", "spark-b")
 FAST_COLD = (0.4, 0.2)  # for tests that are not about the cold start's length

@@ -19,8 +19,8 @@ from resources.git import (
     Worktree,
 )
 from resources.names import ref_problem
-from tests.hostile import HOSTILE_NAMES, HOSTILE_URLS
-from tests.report import count
+from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
+from tests.support.report import count
 
 BRANCH = "penfever/working"
 LOCAL = ["https", "ssh", "file"]  # the sandbox's schemes: these tests' remotes are local bare repos

@@ -39,7 +39,7 @@ from resources.iris_output import (
 from resources.kaniko import KanikoSettings, kaniko_job
 from sandbox.consumer_source import build_script
 from sandbox.fake_iris import CONTRACTS, install_fake_iris, job_dir, stop_all
-from tests.report import queue_fault
+from tests.support.report import queue_fault
 
 SECRET = "ghp_irisTestTokenValue0123456789abcdef"
 IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"

@@ -45,8 +45,8 @@ from resources.registry import (
     transport,
 )
 from resources.site import load_site
-from tests.registry_proxy import RegistryProxy
-from tests.registry_server import RegistryServer
+from tests.support.registry_proxy import RegistryProxy
+from tests.support.registry_server import RegistryServer
 
 # -- building images in Python ---------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The registry client against a real docker-registry, directly and through a fault-injecting proxy.
 
 What ghcr does to a client on a bad day (429 with Retry-After, 503, a token endpoint that fails, a
-download reset halfway, a body cut short) is played by tests/registry_proxy.py in front of a real
+download reset halfway, a body cut short) is played by tests/support/registry_proxy.py in front of a real
 `docker-registry`; the proxy counts what the client sent, so retries, resumes, token scopes and
 "each layer opened once" are checked at the wire. Retry waits are recorded, never waited.
 """
@@ -35,8 +35,8 @@ from resources.registry import (
 )
 from resources.registry.transport import retry_after_s
 from resources.site import Probe, TpuSection
-from tests.registry_proxy import Fault, RegistryProxy
-from tests.registry_server import RegistryServer
+from tests.support.registry_proxy import Fault, RegistryProxy
+from tests.support.registry_server import RegistryServer
 from tests.resources.test_registry import (
     Layer,
     f,

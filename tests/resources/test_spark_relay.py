@@ -29,7 +29,7 @@ from resources.spark.relay import RelayFailed
 from sandbox.engines import stop_engines
 from sandbox.spark_nodes import install_node, node_env
 from tests.resources.test_site import GOOD, write
-from tests.sshd_server import (
+from tests.support.sshd_server import (
     PASSPHRASE,
     PASSPHRASE_ENV,
     SshdServer,

@@ -9,7 +9,7 @@ import pytest
 
 from resources.errors import FileFormatError
 from resources.uv import GitSource, UvCli, UvLock, uv_binary
-from tests.hostile import HOSTILE_URLS
+from tests.support.hostile import HOSTILE_URLS
 
 SHA = "2dde0bbf11d48a4e44df6ad0a56cee31e7ab609e"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import remote_head
-from tests.report import queue_fault
-from tests.runs import Pipeline
+from tests.support.report import queue_fault
+from tests.support.runs import Pipeline
 from tests.test_alerts import HOOK_ENV, Receiver, Ticker, with_webhook
 
 

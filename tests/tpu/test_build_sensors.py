@@ -8,7 +8,7 @@ import dagster as dg
 
 from sandbox.world import Sandbox, advance_harbor
 from tests.conftest import remote_head
-from tests.runs import materialize
+from tests.support.runs import materialize
 from tpu_assets.definitions import consumer_rebuild_sensor, defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.lock_assets import HARBOR_LOCK

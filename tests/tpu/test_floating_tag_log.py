@@ -33,15 +33,15 @@ from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources, stop_sandbox
-from tests.postgres_server import PostgresServer, running_postgres
-from tests.registry_proxy import Fault, RegistryProxy
-from tests.registry_server import RegistryServer, running_registry
-from tests.report import count
-from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
-from tests.servers import log_tail
-from tests.tpu import yield_in_lock
-from tests.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
-from tests.tpu.registries import (
+from tests.support.postgres_server import PostgresServer, running_postgres
+from tests.support.registry_proxy import Fault, RegistryProxy
+from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.report import count
+from tests.support.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
+from tests.support.servers import log_tail
+from tests.support.tpu import yield_in_lock
+from tests.support.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
+from tests.support.tpu.registries import (
     ARM_ENV,
     AppliedThen500,
     AppliedThen500ThenGone,
@@ -498,7 +498,7 @@ def _worker(w: TagWorld, build: str, **fields: object) -> subprocess.Popen[str]:
             "cache": str(w.tmp / f"cache-{build[:8]}"),
             "host": w.built.host, "build": build[:8], **fields}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(w.home), "LOCKSTEP_SITE": str(w.site_file)}
-    return subprocess.Popen([sys.executable, "-m", "tests.tpu.race_worker", json.dumps(args)], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tests.support.tpu.race_worker", json.dumps(args)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 
 
@@ -592,7 +592,7 @@ def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_t
     ever and held `tag_moves`. (A run worker killed alone is failed by its code server, which sees its
     child die; with the code server gone too, only run monitoring can, through LocalRunLauncher.)
 
-    `dagster-daemon run` on the demo's instance config (tests/tpu/crash_location.py's workspace)
+    `dagster-daemon run` on the demo's instance config (tests/support/tpu/crash_location.py's workspace)
     queues two promotes of b2; the first runs in its run worker and HeldAfterPut holds it between its
     PUT and its record; the second waits for `tag_moves`. The daemon, its code server and the run
     worker are SIGKILLed. A new `dagster-daemon run` starts: run monitoring fails the dead run, the
@@ -602,7 +602,7 @@ def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_t
     write_demo_home(home)
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
-        "module_name": "tests.tpu.crash_location", "location_name": "tpu", "working_directory": str(ROOT)}}]}))
+        "module_name": "tests.support.tpu.crash_location", "location_name": "tpu", "working_directory": str(ROOT)}}]}))
     log = tmp_path / "dagster-daemon.log"
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert type(instance.run_launcher).__name__ == "LocalRunLauncher" and instance.run_monitoring_enabled

@@ -26,7 +26,7 @@ from resources.registry import ImageRef, registry_for
 from resources.site import SiteResource, load_site
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources, stop_sandbox
-from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
+from tests.support.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 from tpu_assets.promotion_policy import shown, utc

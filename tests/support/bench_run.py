@@ -1,7 +1,7 @@
 """The real bench tools (.tools/bench: tool-eval-bench 3.0.0, llama-benchy 0.4.0) against sandbox/model_server.py.
 
 Used by tests/jovian/test_bench_tools.py's module fixture, and to (re)make the committed outputs in
-tests/corpus/bench/ (`.venv/bin/python -m tests.bench_run tests/corpus/bench`): the same commands, so the
+tests/corpus/bench/ (`.venv/bin/python -m tests.support.bench_run tests/corpus/bench`): the same commands, so the
 corpus is what the current tools write.
 """
 
@@ -14,9 +14,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.servers import ServerNotReady, start_on_free_port, stop_process, wait_until_ready
+from tests.support.servers import ServerNotReady, start_on_free_port, stop_process, wait_until_ready
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 BENCH_BIN = PROJECT / ".tools" / "bench" / "bin"
 MODEL = "glm-5.3-flash"
 SEED = 42

@@ -1,8 +1,8 @@
 """What a run pod does, for tests/deploy/test_k8s_run_mounts.py: run inside a container that has only the
 run pod's mounts, with the pod's environment (LOCKSTEP_SITE, LOCKSTEP_CACHE, DAGSTER_HOME).
 
-    python -m tests.deploy.k8s_pod_entry adopt REV   # adopt_lab_rev's five assets, as its run does
-    python -m tests.deploy.k8s_pod_entry build REV   # jovian/image's side of a build_jovian_rev run
+    python -m tests.support.deploy.k8s_pod_entry adopt REV   # adopt_lab_rev's five assets, as its run does
+    python -m tests.support.deploy.k8s_pod_entry build REV   # jovian/image's side of a build_jovian_rev run
 
 Both use the jovian location's own Definitions (loaded from LOCKSTEP_SITE) and the instance at the
 container's DAGSTER_HOME: the IO manager's values land in, and are read from, $DAGSTER_HOME/storage.

@@ -4,7 +4,7 @@
   body one byte a second (what a registry behind a dying link does); each request line is logged.
 - ``silent``: accepts TCP connections and never sends a byte (a hung git daemon, sshd or registry).
 
-Run as ``python -m tests.fault_servers drip|silent PORT``; the context managers below do that, wait
+Run as ``python -m tests.support.fault_servers drip|silent PORT``; the context managers below do that, wait
 until the port answers, and stop the process by PID however the test ends.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.servers import start_on_free_port, stop_process, wait_until_ready
+from tests.support.servers import start_on_free_port, stop_process, wait_until_ready
 
 # A manifest-sized body: at one byte a second no test deadline sees its end.
 DRIP_BODY = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"' + b" " * 400 + b"}"
@@ -99,9 +99,9 @@ def start(kind: str, root: Path) -> FaultServer:
 
     def run(port: int) -> FaultServer:
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "tests.fault_servers", kind, str(port)],
+            proc = subprocess.Popen([sys.executable, "-m", "tests.support.fault_servers", kind, str(port)],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=Path(__file__).resolve().parent.parent)
+                                    cwd=Path(__file__).resolve().parents[2])
         server = FaultServer(proc=proc, port=port, log=log)
         wait_until_ready(proc, lambda: _answers(port), timeout_s=15, interval_s=0.05, log=log, tail_chars=2000,
                          stop=lambda: stop_process(proc, grace_s=2),

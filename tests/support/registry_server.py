@@ -2,7 +2,7 @@
 
 Started with subprocess.Popen on a free port with filesystem storage under a directory the caller
 owns, polled on /v2/ until it answers 200, and stopped by its PID (terminate, wait, kill); the
-loops are tests/servers.py's.
+loops are tests/support/servers.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.servers import start_on_free_port, stop_process, wait_until_ready
+from tests.support.servers import start_on_free_port, stop_process, wait_until_ready
 
 # Debian's package installs /usr/bin/docker-registry; upstream's binary is called `registry`.
 _CANDIDATES = ("docker-registry", "registry")

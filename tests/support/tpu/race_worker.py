@@ -1,7 +1,7 @@
 """One lockstep writer in its own process: the promote job in-process (`dg.materialize` on
 `tpu/floating_tag`) on a shared instance (DAGSTER_HOME) against the shared docker-registry.
 
-    python -m tests.tpu.race_worker '<json WorkerArgs>'
+    python -m tests.support.tpu.race_worker '<json WorkerArgs>'
 
 Prints one JSON line: whether the run succeeded and, if not, its error. Used by
 tests/tpu/test_floating_tag_log.py; `lock: false` swaps the floating-tag lock for nothing, to show
@@ -23,8 +23,8 @@ from pydantic import BaseModel
 from resources.site import SiteResource
 from sandbox.world import Sandbox
 from tests.conftest import sandbox_resources
-from tests.runs import failure_message, materialize
-from tests.tpu import registries
+from tests.support.runs import failure_message, materialize
+from tests.support.tpu import registries
 from tpu_assets import promotion_assets
 from tpu_assets.history import FLOATING_TAG
 
@@ -39,7 +39,7 @@ class WorkerArgs(BaseModel):
     cache: str
     host: str
     build: str
-    registry: str = "RaceWindow"  # a class in tests.tpu.registries
+    registry: str = "RaceWindow"  # a class in tests.support.tpu.registries
     registry_fields: dict[str, object] = {}
     lock: bool = True
     barrier_dir: str = ""

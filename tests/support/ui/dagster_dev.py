@@ -5,7 +5,7 @@ under `env --default-signal=INT,TERM`: a `dagster dev` started from a script tha
 (as pytest's runners may) would otherwise ignore them too, and could not be stopped cleanly. It runs in
 its own session, so its process group is exactly what it started (webserver, daemon, code servers);
 at the end the group gets SIGTERM, then SIGKILL for anything still there, and nothing is left behind.
-The port, the readiness loop and the terminate/wait/kill are tests/servers.py's.
+The port, the readiness loop and the terminate/wait/kill are tests/support/servers.py's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import requests
 
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
-from tests.servers import (
+from tests.support.servers import (
     ServerNotReady,
     free_port,
     log_tail,
@@ -34,7 +34,7 @@ from tests.servers import (
     wait_until_ready,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # dagster dev answers /server_info after ~18-25 s on a quiet machine; with the browser and the daemon
 # tests each starting one on a parallel worker of a loaded 2-core machine, it took over 120 s once.
 READY_TIMEOUT_S = 300.0

@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "deploy" / "site.example.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "site.example.toml"
 EXAMPLE_KEY = Path("keys") / "lockstep-attest.pub"  # as the example's [attest] trusted_keys names it
 
 

@@ -13,7 +13,7 @@ import dagster as dg
 
 from resources.registry import ImageRef
 from resources.site import site_at_load
-from tests.tpu.registries import ARM_ENV, HeldAfterPut
+from tests.support.tpu.registries import ARM_ENV, HeldAfterPut
 from tpu_assets.definitions import build_defs
 from tpu_assets.promotion_assets import promote_tpu
 

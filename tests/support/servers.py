@@ -1,6 +1,6 @@
 """Starting and stopping the real servers the tests run: the parts every one of them does the same way.
 
-tests/registry_server.py, tests/sshd_server.py, tests/postgres_server.py and tests/ui/dagster_dev.py
+tests/support/registry_server.py, tests/support/sshd_server.py, tests/support/postgres_server.py and tests/support/ui/dagster_dev.py
 each start a server as our child on a free 127.0.0.1 port, poll a readiness probe until a deadline
 while the process is alive, and stop it by its PID. What is particular to one server (its config,
 its probe, sshd's per-connection children, the demo's process group, `pg_ctl stop`) stays in its

@@ -5,7 +5,7 @@ passphrase, so key decryption is exercised), authorized_keys, a known_hosts line
 ``[127.0.0.1]:PORT``, sshd_config and the PID file. sshd is started in the foreground
 (``sshd -D -e -f CFG``) on a free port, polled until it sends its SSH banner, and stopped by its PID
 (terminate, wait, kill) together with the per-connection sshd processes it forked; the loops are
-tests/servers.py's. The machine's own sshd (port 22, /etc/ssh) is never touched.
+tests/support/servers.py's. The machine's own sshd (port 22, /etc/ssh) is never touched.
 
 Needs the `openssh-server` package (`./dev setup` installs it) and the privilege-separation
 directory /run/sshd, which is created when missing.
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.servers import processes, start_on_free_port, stop_process, wait_until_ready
+from tests.support.servers import processes, start_on_free_port, stop_process, wait_until_ready
 
 SSHD = os.environ.get("LOCKSTEP_SSHD", "/usr/sbin/sshd")
 PASSPHRASE_ENV = "LOCKSTEP_TEST_SSH_PASSPHRASE"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.postgres_server import PgDatabase
+from tests.support.postgres_server import PgDatabase
 
-PRODUCTION_YAML = Path(__file__).resolve().parents[2] / "deploy" / "docker" / "dagster.yaml"
+PRODUCTION_YAML = Path(__file__).resolve().parents[3] / "deploy" / "docker" / "dagster.yaml"
 
 
 def postgres_env(db: PgDatabase) -> dict[str, str]:

@@ -30,9 +30,9 @@ from dagster._core.remote_origin import (
 from dagster._core.test_utils import create_run_for_test
 from dagster_k8s import K8sRunLauncher
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VALUES = REPO / "deploy" / "k8s" / "values.yaml"
-SCHEMA = Path(__file__).parent / "helm_schema" / "values.schema.json"
+SCHEMA = REPO / "tests" / "deploy" / "helm_schema" / "values.schema.json"
 # As in values.yaml's header: `helm upgrade --install dagster dagster/dagster -n lockstep`.
 RELEASE, NAMESPACE = "dagster", "lockstep"
 # The chart defaults the rendering reads where values.yaml leaves them alone.

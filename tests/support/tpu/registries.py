@@ -18,7 +18,7 @@ from pathlib import Path
 
 from resources.registry import OCI_CONFIG, OCI_MANIFEST, HttpRegistry, RegistryError
 
-# The file that arms HeldAfterPut in a code location the test serves (tests/tpu/crash_location.py).
+# The file that arms HeldAfterPut in a code location the test serves (tests/support/tpu/crash_location.py).
 ARM_ENV = "LOCKSTEP_TEST_ARM"
 SERVER_500 = "PUT {where}: HTTP 500 Internal Server Error: the registry failed: run again later"
 
@@ -78,7 +78,7 @@ class RaceWindow(HttpRegistry):
     """Holds this writer between its guard read and its PUT until the other writer is there too.
 
     `tag` is called right after the guard read. It marks `<name>.ready`, waits until the other writer
-    has reached the floating-tag lock (its `.locking`, written by tests/tpu/race_worker.py), then at
+    has reached the floating-tag lock (its `.locking`, written by tests/support/tpu/race_worker.py), then at
     most `wait_s` for the other's `.ready`; notes whether it came (`<name>.window`: met / alone), PUTs,
     and appends the PUT to `puts.jsonl`. With the lock, the other writer is waiting on it and cannot
     get here while this one holds it, so the wait ends alone; without it both PUT from the same read.

@@ -9,7 +9,7 @@ JSON line once every socket listens, and serves until it is killed (start_broken
             behind it is down: 502 (404 for a path containing /missing), text/html, not JSON
     cut     answers 200 with a Content-Length it never sends: a download that breaks off
 
-A port nobody listens on ("refused") needs no server: tests.servers.free_port gives one.
+A port nobody listens on ("refused") needs no server: tests.support.servers.free_port gives one.
 """
 
 from __future__ import annotations
@@ -95,12 +95,12 @@ def start_broken() -> BrokenServers:
     line = proc.stdout.readline()
     if not line:
         proc.wait(timeout=10)
-        raise RuntimeError(f"tests/broken_server.py exited {proc.returncode} before listening")
+        raise RuntimeError(f"tests/support/broken_server.py exited {proc.returncode} before listening")
     return BrokenServers(proc=proc, ports=json.loads(line))
 
 
 def stop_broken(server: BrokenServers) -> None:
-    from tests.servers import stop_process
+    from tests.support.servers import stop_process
 
     stop_process(server.proc, grace_s=5.0)
     if server.proc.stdout is not None:

@@ -28,9 +28,9 @@ import yaml
 
 from sandbox.deploy_images import POSTGRES_IMAGE, build_lockstep_image
 from sandbox.engines import DOCKER, Engine
-from tests.servers import free_port
+from tests.support.servers import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHIPPED = REPO / "deploy" / "docker"
 PROJECT = "lockstep"
 IMAGE = "lockstep:live-test"

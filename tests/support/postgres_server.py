@@ -3,7 +3,7 @@
 Everything lives in one throw-away directory: the cluster made by ``initdb`` (trust auth, and only
 for 127.0.0.1), the unix socket, the server log. The server is ``postgres -D DATA`` started as our
 child on a free port, polled until it accepts connections, and stopped by its PID (``pg_ctl stop -m
-fast``, then a kill if it is still alive); the loops are tests/servers.py's. The machine's own cluster
+fast``, then a kill if it is still alive); the loops are tests/support/servers.py's. The machine's own cluster
 (port 5432, /var/lib/postgresql) is never touched.
 
 Binaries are found the Debian way, in ``/usr/lib/postgresql/<major>/bin`` (the newest major), since
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psycopg2
 
-from tests.servers import start_on_free_port, stop_process, wait_until_ready
+from tests.support.servers import start_on_free_port, stop_process, wait_until_ready
 
 PG_BIN_ENV = "LOCKSTEP_PG_BIN"
 PG_USER_ENV = "LOCKSTEP_PG_USER"

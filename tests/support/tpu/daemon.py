@@ -1,5 +1,5 @@
 """`dagster-daemon run` on a prepared instance, as the crash test needs it: started in its own
-session from the repo root (under `env --default-signal=INT,TERM`, like tests/ui/dagster_dev.py),
+session from the repo root (under `env --default-signal=INT,TERM`, like tests/support/ui/dagster_dev.py),
 killed -9 with everything it started, or stopped by PID; and waits that fail with the log's tail."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import TypeVar
 import pytest
 import yaml
 
-from tests.servers import log_tail, processes, stop_process
+from tests.support.servers import log_tail, processes, stop_process
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEMO_YAML = ROOT / "deploy" / "sandbox" / "dagster.yaml"
 T = TypeVar("T")
 
