@@ -27,7 +27,7 @@ TRIES = 3
 TIMEOUT_S = 10
 HARBOR_LOCK = dg.AssetKey(["tpu", "harbor_lock"])
 # The Jovian keys spelled here, not imported: the alert sensor runs in the tpu location, which must not
-# load the Jovian code (tests/test_alerts_good_news.py checks they are the same keys).
+# load the Jovian code (tests/sensors/test_alerts_good_news.py checks they are the same keys).
 BUILD_PROFILE = dg.AssetKey(["jovian", "build_profile"])
 BENCH_REPORT = dg.AssetKey(["jovian", "bench_report"])
 CHANGELOG_LINES = 5  # commits an alert lists; the rest are counted, the whole changelog is on the record

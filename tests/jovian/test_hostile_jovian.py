@@ -29,7 +29,7 @@ from sandbox.world import Sandbox, up
 from tests.conftest import remote_file, sandbox_resources
 from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
 from tests.support.jovian.lab import Lab, done
-from tests.jovian.test_source_lock import R35_PATH, line_no, replace_line
+from tests.support.jovian.source_lock import R35_PATH, line_no, replace_line
 from tests.support.report import count
 from tests.support.runs import failure_message
 

@@ -428,7 +428,7 @@ def test_a_kaniko_job_runs_the_script_and_its_executor(fake: Fake) -> None:
     assert "+ CACHE_REPO=" in text and log.leaked == []  # traced, but never while the token is expanded
     jd = job_dir(fake.home, sub.job_id)
     # The task's disk, with the docker login it wrote, ended with the job (the login's content is read
-    # by kaniko in tests/test_sandbox_hostile_dir.py); the job's record stays.
+    # by kaniko in tests/sandbox/test_sandbox_hostile_dir.py); the job's record stays.
     assert not (jd / "root").exists() and not list(jd.rglob("config.json")) and (jd / "log").is_file()
 
 

@@ -35,9 +35,7 @@ from resources.registry import (
 )
 from resources.registry.transport import retry_after_s
 from resources.site import Probe, TpuSection
-from tests.support.registry_proxy import Fault, RegistryProxy
-from tests.support.registry_server import RegistryServer
-from tests.resources.test_registry import (
+from tests.support.images import (
     Layer,
     f,
     layer,
@@ -46,6 +44,8 @@ from tests.resources.test_registry import (
     tar_bytes,
     whiteout,
 )
+from tests.support.registry_proxy import Fault, RegistryProxy
+from tests.support.registry_server import RegistryServer
 from tpu_assets.inspection import CHECK_INSTALLED, CHECK_PROBES, verify_image
 from tpu_assets.models import BuiltImage, HarborPin
 
@@ -437,7 +437,7 @@ def test_a_verification_opens_each_layer_once_and_the_second_reads_from_the_cach
 def test_scan_answers_paths_globs_and_symlinks_in_one_walk(registry_server: RegistryServer, repo: str,
                                                            tmp_path: Path) -> None:
     from resources.registry import GlobQuery
-    from tests.resources.test_registry import hardlink, symlink
+    from tests.support.images import hardlink, symlink
 
     for reg in backends(registry_server, tmp_path):
         push_image(reg, repo, [

@@ -19,7 +19,7 @@ import pytest
 from resources.registry import HttpRegistry
 from resources.site import SiteResource
 from tests.support.registry_proxy import Fault, RegistryProxy
-from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.registry_server import RegistryServer
 from tests.support.report import count
 from tests.support.site_example import EXAMPLE, example_site
 from tests.support.tpu.registries import push_hand_made_image
@@ -29,12 +29,6 @@ from tpu_assets.promotion import PhantomDigest, put_and_reread, resolve_served
 
 REPOSITORY = "org/image"
 PHANTOM = "sha256:" + hashlib.sha256(b"a manifest no registry was ever given").hexdigest()
-
-
-@pytest.fixture(scope="module")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    with running_registry(tmp_path_factory.mktemp("docker-registry")) as server:
-        yield server
 
 
 @pytest.fixture

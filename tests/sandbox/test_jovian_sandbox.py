@@ -23,7 +23,7 @@ from sandbox.jovian_world import PACKAGES, REPOS, JovianRepos, lock_path, new_la
 from sandbox.processes import command_lines
 from sandbox.world import Sandbox, up
 
-FIXTURE_LOCK = Path(__file__).resolve().parent / "corpus" / "lab" / "r35.source.lock"  # the lab's real r35 lock
+FIXTURE_LOCK = Path(__file__).resolve().parents[1] / "corpus" / "lab" / "r35.source.lock"  # the lab's real r35 lock
 SHA = re.compile(r"^[0-9a-f]{40}$")
 WINDOW_S = 30 * 60
 

@@ -32,8 +32,8 @@ from sandbox.fake_iris_jobs import _in_task_root
 from sandbox.shell_place import ShellPlaceError, replace_paths
 from sandbox.teardown import stop_sandbox as stop_sandbox_dir
 from sandbox.world import advance_harbor, up
-from tests.support.canary_scan import Canary, scan
 from tests.conftest import sandbox_resources, stop_sandbox
+from tests.support.canary_scan import Canary, scan
 from tests.support.registry_server import running_registry
 from tests.support.report import count
 from tests.support.runs import Pipeline, failure_message

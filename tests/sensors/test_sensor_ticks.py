@@ -27,6 +27,7 @@ from sandbox.jovian_world import new_lab_rev
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor
 from tests.conftest import sandbox_resources
 from tests.support.report import count
+from tests.support.sensors import tick as sensor_tick
 from tpu_assets.definitions import build_defs as tpu_build_defs
 from tpu_assets.definitions import harbor_sensor
 
@@ -38,10 +39,8 @@ def opened(home: Path) -> dg.DagsterInstance:
 
 
 def tick(sensor: str, sb: Sandbox, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
-    build = harbor_sensor if sensor == "harbor_branch_sensor" else lab_sensor
-    resources = sandbox_resources(sb, Path(instance.root_directory) / "cache")
-    with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
-        result = build(resources)(context)
+    """A tick over fresh resources (the daemon evaluates each tick in a fresh process), counted."""
+    result = sensor_tick(sensor, sandbox_resources(sb, Path(instance.root_directory) / "cache"), instance, cursor)
     count(f"sensor ticks evaluated ({sensor})")
     return result
 

@@ -25,9 +25,9 @@ from resources.changelog import ChangeCommit, CommitRange, changelog_metadata
 from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import Sandbox
+from tests.support.alerts import SANDBOX_ALERTS, Receiver, Ticker
 from tests.support.jovian.lab import Lab
 from tests.support.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
-from tests.test_alerts import SANDBOX_ALERTS, Receiver, Ticker
 from tpu_assets.harbor_hold import hold_entries
 from tpu_assets.history import FLOATING_TAG
 
