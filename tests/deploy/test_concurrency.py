@@ -31,7 +31,14 @@ from tests.support.deploy.instance import PRODUCTION_YAML, write_production_home
 from tests.support.jovian.lab import Lab
 from tests.support.postgres_server import PostgresServer
 from tests.support.runs import Pipeline, failure_message
-from tests.support.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
+from tests.support.ui.dagster_dev import (
+    ROOT,
+    Demo,
+    free_port,
+    lockstep_command,
+    start_process,
+    stop_demo,
+)
 
 pytestmark = pytest.mark.heavy(350)  # seconds, about: the order parallel workers take modules in
 

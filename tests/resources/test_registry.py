@@ -56,7 +56,6 @@ from tests.support.images import (
 from tests.support.registry_proxy import RegistryProxy
 from tests.support.registry_server import RegistryServer
 
-
 # -- fixtures: both backends -----------------------------------------------------------------------
 
 

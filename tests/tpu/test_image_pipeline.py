@@ -29,7 +29,14 @@ from sandbox.world import (
 from tests.conftest import remote_head, sandbox_resources, stop_sandbox
 from tests.support.registry_server import RegistryServer
 from tests.support.report import queue_fault
-from tests.support.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
+from tests.support.runs import (
+    Pipeline,
+    checks,
+    failure_message,
+    failure_metadata,
+    materialized,
+    metadata,
+)
 from tpu_assets.changelog import baked_harbor
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE
