@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jovian_assets.dep_trees import fetch_dep, gitlinks_populated  # noqa: E402
 from resources.git import GitRemotes  # noqa: E402
-from tests.servers import (  # noqa: E402
+from tests.support.servers import (  # noqa: E402
     ServerNotReady,
     start_on_free_port,
     stop_process,

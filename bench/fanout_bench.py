@@ -2,7 +2,7 @@
 
     uv run python bench/fanout_bench.py [--mib 512] [--dsts 3] [--repeat 3] [--no-sequential]
 
-Starts its own sshd on 127.0.0.1 (tests/sshd_server.py; stopped by PID at the end). Every node name
+Starts its own sshd on 127.0.0.1 (tests/support/sshd_server.py; stopped by PID at the end). Every node name
 points at that sshd, so the producer and each destination is its own ssh connection and channel,
 as in `docker save IMG | ssh dst docker load` to a lane. The producer is `head -c N /dev/zero`
 and each destination `cat > /dev/null`, so the numbers are the fan-out itself (read once, encrypt
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import paramiko  # noqa: E402
 
 from resources.spark import SparkNodes  # noqa: E402
-from tests.sshd_server import PASSPHRASE, PASSPHRASE_ENV, start_sshd, stop_sshd  # noqa: E402
+from tests.support.sshd_server import PASSPHRASE, PASSPHRASE_ENV, start_sshd, stop_sshd  # noqa: E402
 
 MiB = 1024 * 1024
 

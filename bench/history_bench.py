@@ -3,9 +3,9 @@
     python bench/history_bench.py [--records 10000] [--rounds 15] [--backends sqlite,postgres]
 
 For each backend (SQLite: a local instance; Postgres: a private server this bench starts on a free
-port and stops by PID, tests/postgres_server.py) and each size, an instance is filled with N
+port and stops by PID, tests/support/postgres_server.py) and each size, an instance is filled with N
 `tpu/verified_image` records (builds 0..N-1) and N-1 `tpu/floating_tag` promotions (each build over
-the one before; the newest build is verified, not promoted yet), batched (tests/tpu/history_fill.py).
+the one before; the newest build is verified, not promoted yet), batched (tests/support/tpu/history_fill.py).
 Then, alternating in one loop (the order rotates every round, so all see the same load):
 
 - base: one `fetch_materializations(tpu/floating_tag, limit=1)`;
@@ -42,8 +42,8 @@ import dagster as dg  # noqa: E402
 
 from resources.git import GitRemotes  # noqa: E402
 from resources.site_promotion import PromotionSection  # noqa: E402
-from tests.postgres_server import start_postgres, stop_postgres  # noqa: E402
-from tests.tpu import history_fill as hf  # noqa: E402
+from tests.support.postgres_server import start_postgres, stop_postgres  # noqa: E402
+from tests.support.tpu import history_fill as hf  # noqa: E402
 from tpu_assets.history import (  # noqa: E402
     FLOATING_TAG,
     PROMOTE_FIRST,

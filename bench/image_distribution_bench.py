@@ -6,7 +6,7 @@ nodes' engines over real sshd, star and relay, against the same-host floor, side
 Needs root and Debian's docker.io (one dockerd per node, sandbox/engines.py) and openssh-server. Starts,
 under a temporary directory: five engines ("build", lane nodes "a", "b", "c", and "floor"), each a
 sandbox node directory (sandbox/spark_nodes.py: bin/docker against the node's engine), and one sshd
-per lane node on 127.0.0.1 (tests/sshd_server.py) whose sessions find that node's `docker` first on
+per lane node on 127.0.0.1 (tests/support/sshd_server.py) whose sessions find that node's `docker` first on
 PATH, as a DGX node's login finds the real one. The image is built offline on "build": FROM the offline
 base `lockstep-sandbox/python:3.11` (Engine.ensure_bases) plus one layer of --gib GiB of random
 (incompressible) bytes; the lane and floor engines hold no base, so every run moves every layer.
@@ -51,7 +51,7 @@ from jovian_assets.node_build import NodeImage, distribute_image  # noqa: E402
 from resources.spark import SparkNodes  # noqa: E402
 from sandbox.engines import DOCKER, ENGINE_DIR, Engine, require_docker_io  # noqa: E402
 from sandbox.spark_nodes import install_node  # noqa: E402
-from tests.sshd_server import (  # noqa: E402
+from tests.support.sshd_server import (  # noqa: E402
     PASSPHRASE,
     PASSPHRASE_ENV,
     SshdServer,

@@ -33,7 +33,7 @@ from resources.registry import (  # noqa: E402
     OCI_MANIFEST,
     HttpRegistry,
 )
-from tests.registry_server import start_registry, stop_registry  # noqa: E402
+from tests.support.registry_server import start_registry, stop_registry  # noqa: E402
 
 REPO = "bench/tpu"
 TARGET = "/usr/lib/python3.11/site-packages/harbor-0.4.2.dist-info/direct_url.json"

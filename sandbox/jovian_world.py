@@ -531,7 +531,7 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
 
 def sandbox_baseline(rev: str) -> str:
     """The lane's recorded baseline run: sandbox/templates/bench_baseline_run.json is what the real
-    tool-eval-bench wrote (`run --short --seed 42`, tests/bench_run.py) against a good rev's model (a copy
+    tool-eval-bench wrote (`run --short --seed 42`, tests/support/bench_run.py) against a good rev's model (a copy
     of tests/corpus/bench/teb_short_good.json)."""
     raw = (Path(__file__).parent / "templates" / "bench_baseline_run.json").read_bytes()
     run = parse_quality(raw, "sandbox/templates/bench_baseline_run.json")

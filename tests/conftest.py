@@ -25,7 +25,7 @@ from sandbox.world import (
     sandbox_attest_key,
     up,
 )
-from tests.registry_server import RegistryServer, running_registry
+from tests.support.registry_server import RegistryServer, running_registry
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +154,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The controller marks the session: every process it, its workers and its tests start inherits the
-    token, so whatever still carries it at the end has leaked (tests/leaks.py)."""
-    from tests.leaks import mark_session
+    token, so whatever still carries it at the end has leaked (tests/support/leaks.py)."""
+    from tests.support.leaks import mark_session
 
     if not hasattr(config, "workerinput"):
         config.stash[_SESSION_TOKEN] = mark_session()
@@ -168,8 +168,8 @@ _LEAKS = pytest.StashKey[list[str]]()
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """On an xdist worker: hand the counts to the controller, which prints the summary. On the controller:
     the leak check: a process the session started that still runs is stopped, named, and fails the run."""
-    from tests.leaks import check
-    from tests.report import COUNTS
+    from tests.support.leaks import check
+    from tests.support.report import COUNTS
 
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
@@ -184,13 +184,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
-    from tests.report import COUNTS
+    from tests.support.report import COUNTS
 
     COUNTS.update(getattr(node, "workeroutput", {}).get("lockstep_counts", {}))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    from tests.report import COUNTS
+    from tests.support.report import COUNTS
 
     leaks = terminalreporter.config.stash.get(_LEAKS, [])
     if leaks:

@@ -25,8 +25,15 @@ import pytest
 
 from lockstep.graphql import Webserver
 from sandbox.world import Sandbox
-from tests.runs import Pipeline, failure_message, two_verified_builds
-from tests.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
+from tests.support.runs import Pipeline, failure_message, two_verified_builds
+from tests.support.ui.dagster_dev import (
+    ROOT,
+    Demo,
+    free_port,
+    lockstep_command,
+    start_process,
+    stop_demo,
+)
 from tpu_assets.harbor_hold import HOLD
 from tpu_assets.history import FLOATING_TAG
 from tpu_assets.lock_assets import HARBOR_LOCK

@@ -1,4 +1,4 @@
-"""The session's leak check (tests/leaks.py, wired in tests/conftest.py) catches a process a test leaves
+"""The session's leak check (tests/support/leaks.py, wired in tests/conftest.py) catches a process a test leaves
 running: a nested pytest with this conftest, on a test that starts a sleeper in its own session and
 never stops it, fails, names the sleeper and leaves it dead; the same run without the leak passes."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.processes import alive
-from tests.leaks import SESSION_ENV
+from tests.support.leaks import SESSION_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -42,7 +42,7 @@ from resources.site import SiteConfig
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources
-from tests.runs import Pipeline, failure_message
+from tests.support.runs import Pipeline, failure_message
 
 pytestmark = pytest.mark.heavy(60)  # seconds, about (33-70 here): two sandbox builds, three lab revs, a Postgres
 
@@ -432,8 +432,8 @@ def test_every_bench_the_docs_show_exists_and_starts() -> None:
 
 
 def test_the_backup_commands_restore_the_promotion_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.deploy.instance import write_production_home
-    from tests.postgres_server import running_postgres
+    from tests.support.deploy.instance import write_production_home
+    from tests.support.postgres_server import running_postgres
     from tpu_assets.history import FLOATING_TAG
 
     dump, restore = shown_of("backup")

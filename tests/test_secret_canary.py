@@ -10,7 +10,7 @@ succeeds on this site has read and used each value; one that got a value wrong f
 Flows (one sandbox, one Dagster instance on SQLite with compute logs, for the whole module): TPU
 relock -> a failing build (iris fault `fail`) -> build, verify, smoke -> promote -> relock -> a
 build whose job prints its token (fault `leak`, which lockstep must catch and mask) -> build ->
-promote -> rollback; Jovian adopt -> build -> distribute -> bench. Then tests/canary_scan.py
+promote -> rollback; Jovian adopt -> build -> distribute -> bench. Then tests/support/canary_scan.py
 searches every file, SQLite row and git object under the module's directory (DAGSTER_HOME, the
 sandbox, LOCKSTEP_CACHE, TMPDIR, the registry's storage).
 
@@ -57,13 +57,13 @@ from sandbox.world import (
     up,
     use_iris_contract,
 )
-from tests.canary_scan import Canary, ScanReport, attest_key_canary, scan
-from tests.jovian.lab import ASSETS as JOVIAN_ASSETS
-from tests.jovian.lab import Lab, done
-from tests.registry_server import RegistryServer, running_registry
-from tests.report import count
-from tests.runs import Pipeline, failure_message, metadata
-from tests.sshd_server import SshdServer, running_sshd
+from tests.support.canary_scan import Canary, ScanReport, attest_key_canary, scan
+from tests.support.jovian.lab import ASSETS as JOVIAN_ASSETS
+from tests.support.jovian.lab import Lab, done
+from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.report import count
+from tests.support.runs import Pipeline, failure_message, metadata
+from tests.support.sshd_server import SshdServer, running_sshd
 from tpu_assets.definitions import tpu_resources
 
 pytestmark = pytest.mark.heavy(100)  # seconds, about: the order parallel workers take modules in

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from lockstep.cli import main
 from resources.site import SITE_ENV
-from tests.site_example import EXAMPLE, example_site
+from tests.support.site_example import EXAMPLE, example_site
 
 CORPUS = sorted((Path(__file__).resolve().parent / "corpus" / "site").glob("*.toml"))
 _EXPECT = re.compile(r"^# expect: line=(\d+) value=(.*?)(?: secret=(\S+))?$")

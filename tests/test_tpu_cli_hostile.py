@@ -15,8 +15,8 @@ import resources.site
 from lockstep.cli import main
 from resources.errors import LockstepError
 from resources.registry.base import Registry
-from tests.hostile import HOSTILE_NAMES, HOSTILE_URLS
-from tests.report import count
+from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
+from tests.support.report import count
 
 HOSTILE = sorted(set(HOSTILE_NAMES + HOSTILE_URLS))
 MARKERS = [Path("/tmp/lockstep-pwned"), Path("/tmp/lockstep-escape"), Path("/tmp/lockstep-abs")]

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres_server import (
+from tests.support.postgres_server import (
     PostgresNotInstalled,
     PostgresServer,
     start_postgres,

@@ -1,5 +1,5 @@
 """The compose deployment, live: deploy/docker/ brought up on a real engine and driven through the
-webserver's GraphQL as the UI does (tests/deploy/compose_stack.py says what differs from a team's host).
+webserver's GraphQL as the UI does (tests/support/deploy/compose_stack.py says what differs from a team's host).
 
 relock_harbor -> build_tpu -> promote_tpu, each run launched by DockerRunLauncher in a container of its
 own; the history lands in the stack's Postgres; `:tpu` moves and the promotion log equals the registry.
@@ -41,10 +41,10 @@ from sqlalchemy.pool import NullPool
 from sandbox.engines import Engine
 from sandbox.processes import command_lines
 from sandbox.world import CONSUMER_BRANCH, HARBOR_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
-from tests.canary_scan import Canary, attest_key_canary, scan
+from tests.support.canary_scan import Canary, attest_key_canary, scan
 from tests.conftest import stop_sandbox
 from resources.site_reload import COMPOSE_RESTART
-from tests.deploy.compose_stack import (
+from tests.support.deploy.compose_stack import (
     REPO, Stack, compose_binary, container_env, start_stack, stop_stack, wait_for_webserver,
 )
 from tpu_assets.history import tag_history

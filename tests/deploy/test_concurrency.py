@@ -27,11 +27,18 @@ from jovian_assets.node_assets import node_pool
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor
-from tests.deploy.instance import PRODUCTION_YAML, write_production_home
-from tests.jovian.lab import Lab
-from tests.postgres_server import PostgresServer
-from tests.runs import Pipeline, failure_message
-from tests.ui.dagster_dev import ROOT, Demo, free_port, lockstep_command, start_process, stop_demo
+from tests.support.deploy.instance import PRODUCTION_YAML, write_production_home
+from tests.support.jovian.lab import Lab
+from tests.support.postgres_server import PostgresServer
+from tests.support.runs import Pipeline, failure_message
+from tests.support.ui.dagster_dev import (
+    ROOT,
+    Demo,
+    free_port,
+    lockstep_command,
+    start_process,
+    stop_demo,
+)
 
 pytestmark = pytest.mark.heavy(350)  # seconds, about: the order parallel workers take modules in
 

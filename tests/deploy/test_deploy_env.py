@@ -23,7 +23,7 @@ from lockstep.deploy_env import (
     with_env_vars,
 )
 from resources.site import site_names_only
-from tests.site_example import EXAMPLE
+from tests.support.site_example import EXAMPLE
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "deploy" / "docker"

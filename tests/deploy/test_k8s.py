@@ -39,7 +39,7 @@ from dagster._serdes.config_class import class_from_code_pointer
 from dagster_k8s import K8sRunLauncher
 
 from jovian_assets.definitions import defs as jovian_defs
-from tests.deploy.k8s_chart import (
+from tests.support.deploy.k8s_chart import (
     REPO,
     SCHEMA,
     deployment,

@@ -1,5 +1,5 @@
 """Issue 24 item 2: Kubernetes runs share what they must. The run pod's volumes and mounts come from the
-Job a real K8sRunLauncher makes from deploy/k8s/values.yaml (tests/deploy/k8s_chart.py); each volume
+Job a real K8sRunLauncher makes from deploy/k8s/values.yaml (tests/support/deploy/k8s_chart.py); each volume
 becomes a host directory (a PVC: one directory per claim, shared by every pod; a ConfigMap or Secret:
 a directory holding its keys; an emptyDir: a fresh directory per pod), and an adoption and then a build
 run in two separate containers on a real Docker engine, each with exactly its pod's mounts.
@@ -10,7 +10,7 @@ standing for the lockstep image. The sandbox root is mounted too, read-only but 
 (file:// URLs, which adoption pushes the build profile to): it stands for the outside world, not for
 anything one run leaves for another. `--network host`, so the
 containers reach the sandbox's services on 127.0.0.1. The second container does what `jovian/image`
-does before the build node is involved (tests/deploy/k8s_pod_entry.py): load source_lock, build_profile
+does before the build node is involved (tests/support/deploy/k8s_pod_entry.py): load source_lock, build_profile
 and dep_trees through the IO manager and stage the build context with the dep trees from LOCKSTEP_CACHE.
 
 With the values before the shared claim (fixtures/values_before_issue24.yaml) the second container
@@ -32,7 +32,7 @@ import pytest
 from sandbox.engines import DOCKER, Engine, require_docker_io
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import Sandbox
-from tests.deploy.k8s_chart import (
+from tests.support.deploy.k8s_chart import (
     REPO,
     deployment,
     launch_run_job,
@@ -148,7 +148,7 @@ def run_in_container(engine: Engine, name: str, mounts: list[str], env: Mapping[
             *(a for k, v in sorted({**env, **PYTHON_ENV}.items()) for a in ("-e", f"{k}={v}")),
             # Like the image (WORKDIR /home/lockstep): no source tree in the working directory, where git
             # would find this checkout's .git instead of the repository it is asked about.
-            "-w", "/tmp", BASE_IMAGE, str(REPO / ".venv" / "bin" / "python"), "-m", "tests.deploy.k8s_pod_entry",
+            "-w", "/tmp", BASE_IMAGE, str(REPO / ".venv" / "bin" / "python"), "-m", "tests.support.deploy.k8s_pod_entry",
             step, REV]
     return subprocess.run(argv, env=engine.env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
 

@@ -22,9 +22,9 @@ import pytest
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor, up
 from tests.conftest import sandbox_resources
-from tests.deploy.instance import write_production_home
-from tests.postgres_server import PgDatabase, PostgresServer
-from tests.runs import Pipeline, failure_message
+from tests.support.deploy.instance import write_production_home
+from tests.support.postgres_server import PgDatabase, PostgresServer
+from tests.support.runs import Pipeline, failure_message
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 
 pytestmark = pytest.mark.heavy(60)  # seconds, about: the order parallel workers take modules in

@@ -23,7 +23,7 @@ from dagster_docker import DockerRunLauncher
 from dagster_k8s import K8sRunLauncher
 
 from lockstep.run_launcher import LocalRunLauncher, process_state, worker_health, worker_started
-from tests.deploy.test_k8s import load_values, render_instance
+from tests.support.deploy.k8s_chart import load_values, render_instance
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "deploy" / "sandbox" / "dagster.yaml"

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from sandbox.world import Sandbox
-from tests.jovian.lab import Lab
+from tests.support.jovian.lab import Lab
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from jovian_assets.revs import LAB_COMMIT_TAG
 from lockstep.cli import main as lockstep_cli
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, LAB_BRANCH, RECIPE, lock_path, new_lab_rev
 from tests.conftest import remote_file, remote_head
-from tests.jovian.lab import Lab, checks, done, meta
-from tests.runs import failure_message
+from tests.support.jovian.lab import Lab, checks, done, meta
+from tests.support.runs import failure_message
 
 ALL = {"jovian/source_lock", "jovian/fork_cut", "jovian/build_profile", "jovian/dep_table", "jovian/dep_trees"}
 

@@ -35,7 +35,7 @@ from lockstep.cli import main
 from resources.errors import FileFormatError
 from sandbox.jovian_world import BUILD_BRANCH
 from sandbox.world import Sandbox
-from tests.bench_run import (
+from tests.support.bench_run import (
     BENCH_BIN,
     bench_installed,
     make_site,
@@ -47,7 +47,7 @@ from tests.bench_run import (
     run_tool,
     start_model_server,
 )
-from tests.servers import free_port, stop_process
+from tests.support.servers import free_port, stop_process
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "bench"
 LANE = "glm53-2x"

@@ -21,7 +21,7 @@ from jovian_assets.profile import parse_env, recipe_profile_placement
 from jovian_assets.source_lock import parse_source_lock
 from lockstep.cli import main as lockstep_cli
 from resources.errors import FileFormatError
-from tests.report import REFUSED, tried
+from tests.support.report import REFUSED, tried
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 _EXPECT = re.compile(rb"^# expect: line=(\d+) value=(.*)\n")

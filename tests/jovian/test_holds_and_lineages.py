@@ -21,8 +21,8 @@ from resources.site import load_site
 from resources.site_jovian import JovianSection, rev_order
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, add_lineage, new_lab_rev
 from tests.conftest import remote_file
-from tests.jovian.lab import ASSETS, Lab, checks, meta
-from tests.runs import failure_message
+from tests.support.jovian.lab import ASSETS, Lab, checks, meta
+from tests.support.runs import failure_message
 
 CUT = datetime(2026, 9, 21, 14, 0, tzinfo=timezone.utc)
 SHA = {"vllm": "9e5d1793fa3" + "0" * 29, "b12x": "c2dc1cf022" + "1" * 30, "lmcache": "29bc5a2e" + "2" * 32}

@@ -1,7 +1,7 @@
 """Hostile names through the Jovian lane's doors: a lab lock's release.version and repositories, the vLLM
 tree's cmake GIT_REPOSITORY, a dependency's .gitmodules, the lab_revs partition itself.
 
-Every name of tests/hostile.py is tried at parse level (milliseconds). A representative few are then
+Every name of tests/support/hostile.py is tried at parse level (milliseconds). A representative few are then
 published in the sandbox's lab repo and adopted in-process, build included, on ONE module-wide sandbox:
 each run must fail at jovian/source_lock naming the lock's file:line and the value, with the build
 repo's refs unchanged, no node command run, and nothing created outside the module's own directory.
@@ -27,11 +27,11 @@ from resources.errors import FileFormatError
 from sandbox.jovian_world import LAB_BRANCH, Commit, fast_import, lock_path
 from sandbox.world import Sandbox, up
 from tests.conftest import remote_file, sandbox_resources
-from tests.hostile import HOSTILE_NAMES, HOSTILE_URLS
-from tests.jovian.lab import Lab, done
-from tests.jovian.test_source_lock import R35_PATH, line_no, replace_line
-from tests.report import count
-from tests.runs import failure_message
+from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
+from tests.support.jovian.lab import Lab, done
+from tests.support.jovian.source_lock import R35_PATH, line_no, replace_line
+from tests.support.report import count
+from tests.support.runs import failure_message
 
 R35 = R35_PATH.read_text(encoding="utf-8")
 LOCK = "models/glm-5.3-flash/build/hostile.source.lock"

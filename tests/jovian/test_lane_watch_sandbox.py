@@ -22,8 +22,8 @@ from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.world import Sandbox, up
 from sensors.lane_watch import build_lane_watch_sensor
 from tests.conftest import sandbox_resources, stop_sandbox
-from tests.jovian.test_lane_serving import LANE_NODES, docker, tiny_image
-from tests.runs import failure_message
+from tests.support.jovian.lane import LANE_NODES, docker, tiny_image
+from tests.support.runs import failure_message
 from tpu_assets.status import gather_status
 
 pytestmark = pytest.mark.heavy(120)

@@ -19,8 +19,8 @@ from jovian_assets.node_assets import DISTRIBUTED, IMAGE
 from jovian_assets.node_build import NodeImage
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, new_lab_rev
 from sandbox.spark_nodes import node_env, set_bench_knobs
-from tests.jovian.lab import Lab, checks, done, meta
-from tests.runs import failure_message
+from tests.support.jovian.lab import Lab, checks, done, meta
+from tests.support.runs import failure_message
 
 pytestmark = pytest.mark.heavy(60)  # seconds, about: the order parallel workers take modules in
 

@@ -14,7 +14,7 @@ from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placem
 from jovian_assets.source_lock import parse_source_lock
 from resources.errors import FileFormatError
 from resources.site_jovian import DEFAULT_REPOSITORY_KEYS
-from tests.jovian.test_source_lock import R35_PATH
+from tests.support.jovian.source_lock import R35_PATH
 
 GOOD_RECIPE = '''name = "glm53-2x"
 docker_image = "jovian-judgement:r35-glm53"

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from jovian_assets.source_lock import FORMAT, parse_source_lock, to_json
 from resources.errors import FileFormatError
+from tests.support.jovian.source_lock import R35_PATH, line_no, replace_line
 
-# The lab's real lock, not a made-up one (where it came from: tests/corpus/lab/README.md).
-R35_PATH = Path(__file__).resolve().parents[1] / "corpus" / "lab" / "r35.source.lock"
 LOCK = "models/glm-5.3-flash/build/r35.source.lock"
 
 
@@ -19,22 +17,6 @@ LOCK = "models/glm-5.3-flash/build/r35.source.lock"
 def r35_text() -> str:
     assert R35_PATH.is_file(), f"{R35_PATH} is missing: the tests read the lab's real r35 lock from tests/corpus/lab"
     return R35_PATH.read_text(encoding="utf-8")
-
-
-def replace_line(text: str, key: str, new_line: str | None) -> str:
-    """The lock with the line of `key` replaced (or dropped when new_line is None)."""
-    out = []
-    for line in text.splitlines():
-        if line.split("=", 1)[0] == key:
-            if new_line is not None:
-                out.append(new_line)
-        else:
-            out.append(line)
-    return "\n".join(out) + "\n"
-
-
-def line_no(text: str, key: str) -> int:
-    return next(n for n, line in enumerate(text.splitlines(), 1) if line.split("=", 1)[0] == key)
 
 
 def error(text: str, **kwargs: object) -> FileFormatError:

@@ -23,8 +23,8 @@ from lockstep.preflight.findings import EXIT_CANNOT_RUN
 from sandbox.teardown import stop_sandbox
 from sandbox.world import SANDBOX_TOKEN_VALUE, Sandbox, up
 from tests.conftest import remote_head
-from tests.registry_server import RegistryServer
-from tests.sshd_server import PASSPHRASE, PASSPHRASE_ENV, known_hosts_line, running_sshd
+from tests.support.registry_server import RegistryServer
+from tests.support.sshd_server import PASSPHRASE, PASSPHRASE_ENV, known_hosts_line, running_sshd
 
 SCRIPT = "docker/build_tpu_kaniko.sh"
 BUILD_REPO = "docker-images.git"

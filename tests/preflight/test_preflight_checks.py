@@ -34,8 +34,8 @@ from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
 from sandbox.teardown import stop_sandbox
 from sandbox.world import AUTHOR, HARBOR_BRANCH, Sandbox, up
-from tests.registry_proxy import RegistryProxy
-from tests.registry_server import RegistryServer
+from tests.support.registry_proxy import RegistryProxy
+from tests.support.registry_server import RegistryServer
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_IRIS = ROOT / ".tools" / "iris" / "bin" / "iris"  # marin-iris 0.2.20 (2026-06-18): no --no-sync yet

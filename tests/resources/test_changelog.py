@@ -17,7 +17,7 @@ from resources.changelog import (
     range_summary,
 )
 from resources.git import GitRemotes
-from tests.resources.test_git import BRANCH, LOCAL, Upstream
+from tests.support.git_upstream import BRANCH, LOCAL, Upstream
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 

@@ -24,9 +24,9 @@ from resources.reader import read_text
 from resources.site import load_site
 from resources.site_rules import check_oci_tag
 from resources.uv import UvLock
-from tests.hostile import HOSTILE_NAMES, HOSTILE_URLS
+from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
 from tpu_assets.dockerfile import find_pin
-from tests.report import REFUSED, count, tried
+from tests.support.report import REFUSED, count, tried
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 _EXPECT = re.compile(rb"^# expect: line=(\d+) value=(.*?)(?: secret=(\S+))?$")

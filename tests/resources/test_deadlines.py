@@ -2,7 +2,7 @@
 
 Issue 25, item 2: a registry that drips its body one byte a second held a promote for over 100 s, and
 a git remote that accepts the connection and never answers held a sensor tick past Dagster's 60 s
-limit. Here each hostile server (tests/fault_servers.py: a child process, stopped by its PID) meets
+limit. Here each hostile server (tests/support/fault_servers.py: a child process, stopped by its PID) meets
 the resource a site file builds, with small deadlines set in that site's [timeouts] (or [spark]) table.
 What is asserted is the outcome: the error (or the tick's skip reason) names the remote and what to
 raise, the read was retried within its budget, and git left no process behind. The pytest-timeout
@@ -25,8 +25,8 @@ from resources.site import SiteConfig, SiteResource, load_site
 from resources.spark import spark_for
 from resources.spark.results import SparkError
 from sensors.harbor import build_harbor_branch_sensor
-from tests.fault_servers import FaultServer, running
-from tests.site_example import EXAMPLE, example_site
+from tests.support.fault_servers import FaultServer, running
+from tests.support.site_example import EXAMPLE, example_site
 
 IMAGE_REPO = "open-thoughts/openthoughts-agent"
 

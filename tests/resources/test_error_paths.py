@@ -1,8 +1,8 @@
 """Every resource's failure paths, driven in an interpreter that loaded only what a code location loads.
 
 The registry, git, iris and the Spark nodes are called against broken remotes on 127.0.0.1
-(tests/broken_server.py: refused, reset, silent, an HTML error page, a body cut short) by
-tests/resources/error_paths_child.py, a fresh interpreter that imported both definitions modules
+(tests/support/broken_server.py: refused, reset, silent, an HTML error page, a body cut short) by
+tests/support/resources/error_paths_child.py, a fresh interpreter that imported both definitions modules
 and nothing else: the client libraries those modules defer (requests, paramiko, GitPython) are not
 loaded yet, so an error path that names one it never imported raises NameError there, as it did in
 a run (issue 25: `NameError: name 'requests' is not defined` on a registry's non-JSON error body).
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.broken_server import BrokenServers, start_broken, stop_broken
-from tests.servers import free_port
+from tests.support.broken_server import BrokenServers, start_broken, stop_broken
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = Path(__file__).resolve().parent / "error_paths_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "support" / "resources" / "error_paths_child.py"
 
 # case -> (the broken server it calls, the words its message must carry besides that server's
 # 127.0.0.1:port: what failed and what to do). The iris cases name the controller (a refused port),

@@ -22,7 +22,7 @@ from resources.heartbeat import (
 )
 from resources.site import load_site
 from resources.spark import DetachedHandle, DetachedState, SparkNodes
-from tests.resources.test_site import GOOD
+from tests.support.site_text import GOOD
 
 SECRET = "ghp_s3cr3tT0kenValue1234"
 

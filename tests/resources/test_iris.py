@@ -39,7 +39,7 @@ from resources.iris_output import (
 from resources.kaniko import KanikoSettings, kaniko_job
 from sandbox.consumer_source import build_script
 from sandbox.fake_iris import CONTRACTS, install_fake_iris, job_dir, stop_all
-from tests.report import queue_fault
+from tests.support.report import queue_fault
 
 SECRET = "ghp_irisTestTokenValue0123456789abcdef"
 IMAGE = "sandbox.local/open-thoughts/openthoughts-agent"
@@ -428,7 +428,7 @@ def test_a_kaniko_job_runs_the_script_and_its_executor(fake: Fake) -> None:
     assert "+ CACHE_REPO=" in text and log.leaked == []  # traced, but never while the token is expanded
     jd = job_dir(fake.home, sub.job_id)
     # The task's disk, with the docker login it wrote, ended with the job (the login's content is read
-    # by kaniko in tests/test_sandbox_hostile_dir.py); the job's record stays.
+    # by kaniko in tests/sandbox/test_sandbox_hostile_dir.py); the job's record stays.
     assert not (jd / "root").exists() and not list(jd.rglob("config.json")) and (jd / "log").is_file()
 
 

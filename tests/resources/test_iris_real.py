@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from resources.iris import ClientTooOld, IrisCli, JobSpec, JobState, MissingCapability
-from tests.servers import log_tail, stop_process, wait_until_ready
+from tests.support.servers import log_tail, stop_process, wait_until_ready
 
 pytestmark = pytest.mark.heavy(150)  # seconds, about: the order parallel workers take modules in
 

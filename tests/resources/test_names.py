@@ -18,8 +18,8 @@ from resources.names import (
     ref_problem,
     under,
 )
-from tests.hostile import HOSTILE_NAMES, HOSTILE_URLS
-from tests.report import count
+from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
+from tests.support.report import count
 
 BRANCHES = ["main", "penfever/working", "integration/r35-cut", "release-1.2", "a.b_c-d",
             *HOSTILE_NAMES, "a..b", "a.lock", "a/.b", "a/", "a//b", "@", "a@{1}", "a~1", "a^", "a:b", "a?", "a*",

@@ -1,7 +1,7 @@
 """resources/reader.py, the one reader every parser takes files through: a directory, FIFO or device is
 refused with its path before anything opens it for reading (a FIFO never blocks), a file past the size
 limit is refused, and each parser that reads a path goes through it. Special files cannot live in git,
-so they are made here, in tmp_path, and counted with the corpus's outcomes (tests/report.py)."""
+so they are made here, in tmp_path, and counted with the corpus's outcomes (tests/support/report.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from resources.reader import MAX_DEPTH, check_nesting, loads_json, read_bytes
 from resources.site import load_site
 from resources.site_check import check_site
 from resources.uv import UvLock
-from tests.report import count
+from tests.support.report import count
 
 SITE_ENV = "LOCKSTEP_SITE"
 

@@ -1,7 +1,7 @@
 """The registry client against a real docker-registry, directly and through a fault-injecting proxy.
 
 What ghcr does to a client on a bad day (429 with Retry-After, 503, a token endpoint that fails, a
-download reset halfway, a body cut short) is played by tests/registry_proxy.py in front of a real
+download reset halfway, a body cut short) is played by tests/support/registry_proxy.py in front of a real
 `docker-registry`; the proxy counts what the client sent, so retries, resumes, token scopes and
 "each layer opened once" are checked at the wire. Retry waits are recorded, never waited.
 """
@@ -35,9 +35,7 @@ from resources.registry import (
 )
 from resources.registry.transport import retry_after_s
 from resources.site import Probe, TpuSection
-from tests.registry_proxy import Fault, RegistryProxy
-from tests.registry_server import RegistryServer
-from tests.resources.test_registry import (
+from tests.support.images import (
     Layer,
     f,
     layer,
@@ -46,6 +44,8 @@ from tests.resources.test_registry import (
     tar_bytes,
     whiteout,
 )
+from tests.support.registry_proxy import Fault, RegistryProxy
+from tests.support.registry_server import RegistryServer
 from tpu_assets.inspection import CHECK_INSTALLED, CHECK_PROBES, verify_image
 from tpu_assets.models import BuiltImage, HarborPin
 
@@ -437,7 +437,7 @@ def test_a_verification_opens_each_layer_once_and_the_second_reads_from_the_cach
 def test_scan_answers_paths_globs_and_symlinks_in_one_walk(registry_server: RegistryServer, repo: str,
                                                            tmp_path: Path) -> None:
     from resources.registry import GlobQuery
-    from tests.resources.test_registry import hardlink, symlink
+    from tests.support.images import hardlink, symlink
 
     for reg in backends(registry_server, tmp_path):
         push_image(reg, repo, [

@@ -8,24 +8,7 @@ import pytest
 
 from resources.errors import FileFormatError, LockstepError
 from resources.site import SITE_ENV, load_site
-
-GOOD = """\
-[site]
-name = "test"
-
-[tpu]
-harbor_repo = "https://github.com/marin-community/harbor.git"
-harbor_branch = "penfever/working"
-consumer_repo = "https://github.com/open-thoughts/OpenThoughts-Agent.git"
-consumer_branch = "penfever/working"
-image = "ghcr.io/open-thoughts/openthoughts-agent"
-"""
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    p = tmp_path / "site.toml"
-    p.write_text(text)
-    return p
+from tests.support.site_text import GOOD, write
 
 
 def error_for(tmp_path: Path, text: str) -> FileFormatError:

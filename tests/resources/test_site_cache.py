@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from resources.errors import FileFormatError
 from resources.site import load_site
 from resources.site_cache import SiteCache
-from tests.resources.test_site import GOOD  # the minimal valid site every site test starts from
+from tests.support.site_text import GOOD  # the minimal valid site every site test starts from
 
 
 @pytest.fixture

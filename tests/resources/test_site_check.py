@@ -11,7 +11,7 @@ import pytest
 from resources.errors import FileFormatError
 from resources.site import load_site
 from resources.site_check import check_site
-from tests.site_example import EXAMPLE, example_site
+from tests.support.site_example import EXAMPLE, example_site
 
 TEXT = EXAMPLE.read_text(encoding="utf-8")
 SECRET = "ghp_SiteCheckCanary0123456789"

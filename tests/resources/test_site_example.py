@@ -14,7 +14,7 @@ from resources.site import HARBOR_GUARD_PROBE, SiteConfig, load_site
 from resources.site_fields import ENV_NAME
 from resources.site_jovian import DEFAULT_BOOT_GATES
 from resources.spark.relay import relay_hops
-from tests.site_example import EXAMPLE, example_site
+from tests.support.site_example import EXAMPLE, example_site
 
 
 def _tables(model: type[BaseModel], prefix: str = "") -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from resources.errors import FileFormatError
 from resources.site import SiteConfig, load_site
-from tests.resources.test_site import GOOD
+from tests.support.site_text import GOOD
 
 POLICY = """
 [tpu.promotion]

@@ -11,7 +11,7 @@ import pytest
 from resources.site import SiteChanged, load_site, site_resource
 from resources.site_cache import SiteCache
 from resources.site_reload import COMPOSE_RESTART, reload_advice
-from tests.site_example import EXAMPLE_KEY, example_site
+from tests.support.site_example import EXAMPLE_KEY, example_site
 
 
 def _changed_error(tmp_path: Path) -> str:

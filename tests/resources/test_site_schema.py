@@ -16,7 +16,7 @@ import tomli_w
 from resources.site_check import site_schema
 from sandbox.layout import Sandbox
 from sandbox.world import site_config
-from tests.site_example import EXAMPLE
+from tests.support.site_example import EXAMPLE
 
 
 def as_json(value: Any) -> Any:

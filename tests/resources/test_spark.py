@@ -1,6 +1,6 @@
 """SparkNodes against a real OpenSSH sshd on 127.0.0.1 and against local nodes.
 
-One sshd is started for the module (tests/sshd_server.py: its own host key, a passphrase-protected
+One sshd is started for the module (tests/support/sshd_server.py: its own host key, a passphrase-protected
 client key, known_hosts, stopped by PID). Behaviour that both transports share is parametrized over
 `ssh` (three node names on that sshd) and `local` (three node roots under tmp). Everything runs on
 this machine, so what a "node" wrote is checked directly on disk.
@@ -34,7 +34,7 @@ from resources.spark import (
     local_manifest,
     spark_for,
 )
-from tests.sshd_server import (
+from tests.support.sshd_server import (
     PASSPHRASE,
     PASSPHRASE_ENV,
     SshdServer,

@@ -28,8 +28,8 @@ from resources.spark import SparkNodes, spark_for
 from resources.spark.relay import RelayFailed
 from sandbox.engines import stop_engines
 from sandbox.spark_nodes import install_node, node_env
-from tests.resources.test_site import GOOD, write
-from tests.sshd_server import (
+from tests.support.site_text import GOOD, write
+from tests.support.sshd_server import (
     PASSPHRASE,
     PASSPHRASE_ENV,
     SshdServer,
@@ -277,7 +277,7 @@ def test_relay_site_keys_load_and_a_bad_relay_key_path_is_refused_with_file_line
     assert site.jovian is not None and site.jovian.distribute == "relay"
     assert site.spark is not None and site.spark.node("b").relay_host == "192.168.100.3"
     # The resource's node entries go through Dagster's config, whose maps refuse a None: unset keys are left out
-    # (tests/test_sandbox_nodes.py's distribute runs that path through an asset).
+    # (tests/sandbox/test_sandbox_nodes.py's distribute runs that path through an asset).
     spark_nodes = spark_for(site)
     assert all(value is not None for node in spark_nodes.nodes for value in node.values())
     assert spark_nodes.node("a").relay_key == "/home/lockstep/.ssh/relay_ed25519"

@@ -9,9 +9,8 @@ import pytest
 
 from resources.errors import FileFormatError
 from resources.uv import GitSource, UvCli, UvLock, uv_binary
-from tests.hostile import HOSTILE_URLS
-
-SHA = "2dde0bbf11d48a4e44df6ad0a56cee31e7ab609e"
+from tests.support.hostile import HOSTILE_URLS
+from tests.support.uv_lock import LOCK, SHA
 
 
 def test_git_source_branch_with_slash_and_commit() -> None:
@@ -25,22 +24,6 @@ def test_git_source_other_pins(query: str, kind: str, value: str | None) -> None
     src = GitSource.parse(f"file:///r/harbor.git{'?' + query if query else ''}#{SHA}")
     assert src.pinned_by == kind and src.branch is None and src.commit == SHA
     assert (src.rev or src.tag) == value
-
-
-LOCK = f"""version = 1
-revision = 3
-requires-python = ">=3.11"
-
-[[package]]
-name = "Harbor_X"
-version = "0.8.1"
-source = {{ git = "file:///r/harbor.git?branch=main#{SHA}" }}
-
-[[package]]
-name = "six"
-version = "1.16.0"
-source = {{ registry = "https://pypi.org/simple" }}
-"""
 
 
 def test_lock_finds_packages_by_normalized_name_and_line() -> None:

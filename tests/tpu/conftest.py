@@ -10,7 +10,7 @@ import pytest
 
 from sandbox.world import Sandbox
 from tests.conftest import stop_sandbox
-from tests.runs import Pipeline
+from tests.support.runs import Pipeline
 
 
 @pytest.fixture

@@ -50,8 +50,8 @@ from resources.registry.refs import OCI_CONFIG, OCI_MANIFEST
 from resources.site import SiteResource, load_site
 from sandbox.world import SANDBOX_ATTEST_KEY_ENV, Sandbox, advance_harbor, sandbox_attest_key, up
 from tests.conftest import sandbox_resources, stop_sandbox
-from tests.registry_server import RegistryServer
-from tests.runs import Pipeline, failure_message, metadata
+from tests.support.registry_server import RegistryServer
+from tests.support.runs import Pipeline, failure_message, metadata
 from tpu_assets.history import VERIFIED_IMAGE
 
 pytestmark = pytest.mark.heavy(70)  # seconds, about: one build, then promotions

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import remote_head
-from tests.report import queue_fault
-from tests.runs import Pipeline
-from tests.test_alerts import HOOK_ENV, Receiver, Ticker, with_webhook
+from tests.support.alerts import HOOK_ENV, Receiver, Ticker, with_webhook
+from tests.support.report import queue_fault
+from tests.support.runs import Pipeline
 
 
 @pytest.fixture

@@ -8,19 +8,11 @@ import dagster as dg
 
 from sandbox.world import Sandbox, advance_harbor
 from tests.conftest import remote_head
-from tests.runs import materialize
-from tpu_assets.definitions import consumer_rebuild_sensor, defs
+from tests.support.runs import materialize
+from tests.support.sensors import tick
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.lock_assets import HARBOR_LOCK
 from tpu_assets.rebuild_policy import rebuild_reason
-
-
-def tick(name: str, resources: dict[str, object], instance: dg.DagsterInstance, cursor: str | None = None):  # type: ignore[no-untyped-def]
-    if name == "consumer_rebuild_sensor":  # it takes the location's resource objects (sensors/tick_resources.py)
-        with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
-            return consumer_rebuild_sensor(resources)(context)
-    with dg.build_sensor_context(cursor=cursor, instance=instance, resources=resources) as context:
-        return defs.resolve_sensor_def(name)(context)
 
 
 def set_policy(sb: Sandbox, rebuild_on_lock_change: bool) -> None:

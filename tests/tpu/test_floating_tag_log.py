@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import dagster as dg
@@ -31,17 +31,16 @@ from lockstep.run_launcher import worker_started
 from resources.git import git_for
 from resources.registry import HttpRegistry, Registry
 from resources.site import SiteResource, load_site
-from sandbox.world import Sandbox, up
-from tests.conftest import sandbox_resources, stop_sandbox
-from tests.postgres_server import PostgresServer, running_postgres
-from tests.registry_proxy import Fault, RegistryProxy
-from tests.registry_server import RegistryServer, running_registry
-from tests.report import count
-from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
-from tests.servers import log_tail
-from tests.tpu import yield_in_lock
-from tests.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
-from tests.tpu.registries import (
+from tests.conftest import sandbox_resources
+from tests.support.postgres_server import PostgresServer, running_postgres
+from tests.support.registry_proxy import Fault, RegistryProxy
+from tests.support.registry_server import RegistryServer
+from tests.support.report import count
+from tests.support.runs import failure_message, materialize, metadata
+from tests.support.servers import log_tail
+from tests.support.tpu import yield_in_lock
+from tests.support.tpu.daemon import kill_hard, start_daemon, stop_daemon, wait_for, write_demo_home
+from tests.support.tpu.registries import (
     ARM_ENV,
     AppliedThen500,
     AppliedThen500ThenGone,
@@ -49,6 +48,8 @@ from tests.tpu.registries import (
     MovedRightAfter,
     push_hand_made_image,
 )
+from tests.support.two_builds import Built as TwoBuilds
+from tests.support.two_builds import record_builds, site_with_own_tag, two_builds
 from tpu_assets import promotion_assets
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, log_state, tag_history
@@ -67,37 +68,17 @@ _TAGS = itertools.count(1)
 
 
 @dataclass(frozen=True)
-class Built:
-    sb: Sandbox
-    host: str
-    repository: str
-    records: list[dg.AssetMaterialization]  # the real verified_image records, oldest first
-    builds: tuple[str, str]
-    digests: dict[str, str]
+class Built(TwoBuilds):
+    host: str  # the shared registry server's
     hand: str  # a digest on the server that lockstep never built or verified
 
 
 @pytest.fixture(scope="module")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    with running_registry(tmp_path_factory.mktemp("docker-registry")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def built(registry_server: RegistryServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    """Two verified builds, made once: relock -> build -> checks -> smoke -> verified, twice."""
-    tmp = tmp_path_factory.mktemp("tag-log")
-    sb = up(tmp / "sandbox", registry=registry_server.host)
-    with dg.instance_for_test() as instance:
-        p = Pipeline(sb, sandbox_resources(sb, tmp / "cache"), instance)
-        try:
-            builds, records = two_verified_builds(p)
-            hand = push_hand_made_image(HttpRegistry(host=registry_server.host), repository=p.repository)
-            yield Built(sb=sb, host=registry_server.host, repository=p.repository,
-                        records=records, builds=(builds[0], builds[1]),
-                        digests={b: p.pinned(b) or "" for b in builds}, hand=hand)
-        finally:
-            stop_sandbox(sb)
+    """Two verified builds on the shared server, made once, and an image pushed there by hand."""
+    with two_builds(tmp_path_factory.mktemp("tag-log"), registry=registry_server.host) as two:
+        hand = push_hand_made_image(HttpRegistry(host=registry_server.host), repository=two.repository)
+        yield Built(**{f.name: getattr(two, f.name) for f in fields(two)}, host=registry_server.host, hand=hand)
 
 
 class TagWorld:
@@ -106,20 +87,14 @@ class TagWorld:
     def __init__(self, built: Built, instance: dg.DagsterInstance, home: Path, tmp: Path) -> None:
         self.built, self.instance, self.home, self.tmp = built, instance, home, tmp
         self.tag = f"floating-{os.getpid()}-{next(_TAGS)}"
-        self.site_file = built.sb.root / f"site-{self.tag}.toml"  # next to the original: relative paths hold
-        text = built.sb.site_file.read_text(encoding="utf-8")
-        assert 'floating_tag = "tpu"' in text
-        self.site_file.write_text(text.replace('floating_tag = "tpu"', f'floating_tag = "{self.tag}"'), encoding="utf-8")
+        self.site_file = site_with_own_tag(built, self.tag)
         self.site = load_site(self.site_file)
         self.registry = HttpRegistry(host=built.host)
         self.resources: dict[str, object] = {
             **sandbox_resources(built.sb, tmp / "cache"), "site": SiteResource(path=str(self.site_file)),
             "registry": self.registry,
         }
-        for record in built.records:  # the same verified records the pipeline wrote, in order
-            if not instance.has_dynamic_partition("tpu_builds", record.partition or ""):
-                instance.add_dynamic_partitions("tpu_builds", [record.partition or ""])
-            instance.report_runless_asset_event(record)
+        record_builds(instance, built)
         self.b1, self.b2 = built.builds
         self.d1, self.d2 = built.digests[self.b1], built.digests[self.b2]
 
@@ -498,7 +473,7 @@ def _worker(w: TagWorld, build: str, **fields: object) -> subprocess.Popen[str]:
             "cache": str(w.tmp / f"cache-{build[:8]}"),
             "host": w.built.host, "build": build[:8], **fields}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(w.home), "LOCKSTEP_SITE": str(w.site_file)}
-    return subprocess.Popen([sys.executable, "-m", "tests.tpu.race_worker", json.dumps(args)], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tests.support.tpu.race_worker", json.dumps(args)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 
 
@@ -592,7 +567,7 @@ def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_t
     ever and held `tag_moves`. (A run worker killed alone is failed by its code server, which sees its
     child die; with the code server gone too, only run monitoring can, through LocalRunLauncher.)
 
-    `dagster-daemon run` on the demo's instance config (tests/tpu/crash_location.py's workspace)
+    `dagster-daemon run` on the demo's instance config (tests/support/tpu/crash_location.py's workspace)
     queues two promotes of b2; the first runs in its run worker and HeldAfterPut holds it between its
     PUT and its record; the second waits for `tag_moves`. The daemon, its code server and the run
     worker are SIGKILLed. A new `dagster-daemon run` starts: run monitoring fails the dead run, the
@@ -602,7 +577,7 @@ def test_a_promote_killed_with_its_code_server_is_failed_by_run_monitoring_and_t
     write_demo_home(home)
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
-        "module_name": "tests.tpu.crash_location", "location_name": "tpu", "working_directory": str(ROOT)}}]}))
+        "module_name": "tests.support.tpu.crash_location", "location_name": "tpu", "working_directory": str(ROOT)}}]}))
     log = tmp_path / "dagster-daemon.log"
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert type(instance.run_launcher).__name__ == "LocalRunLauncher" and instance.run_monitoring_enabled

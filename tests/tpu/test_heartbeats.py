@@ -17,7 +17,7 @@ import pytest
 from resources.heartbeat import TAIL_MARK
 from sandbox.world import SANDBOX_TOKEN_VALUE, advance_harbor
 from tests.conftest import remote_head
-from tests.runs import Pipeline, failure_message
+from tests.support.runs import Pipeline, failure_message
 from tpu_assets.image_assets import IMAGE, SMOKE
 
 pytestmark = pytest.mark.heavy(75)  # seconds, about (both tests)

@@ -18,8 +18,8 @@ import pytest
 
 from resources.git import GitRemotes
 from resources.site_promotion import PromotionSection
-from tests.postgres_server import running_postgres
-from tests.tpu import history_fill as hf
+from tests.support.postgres_server import running_postgres
+from tests.support.tpu import history_fill as hf
 from tpu_assets.history import (
     FLOATING_TAG,
     PROMOTE_FIRST,

@@ -27,9 +27,16 @@ from sandbox.world import (
     use_iris_contract,
 )
 from tests.conftest import remote_head, sandbox_resources, stop_sandbox
-from tests.registry_server import RegistryServer
-from tests.report import queue_fault
-from tests.runs import Pipeline, checks, failure_message, failure_metadata, materialized, metadata
+from tests.support.registry_server import RegistryServer
+from tests.support.report import queue_fault
+from tests.support.runs import (
+    Pipeline,
+    checks,
+    failure_message,
+    failure_metadata,
+    materialized,
+    metadata,
+)
 from tpu_assets.changelog import baked_harbor
 from tpu_assets.history import VERIFIED_IMAGE
 from tpu_assets.image_assets import IMAGE

@@ -237,7 +237,7 @@ def test_the_build_engine_is_one_teardown_stops(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def http_sandbox(registry_server, tmp_path: Path) -> Iterator[Sandbox]:  # noqa: ANN001 - tests.registry_server.RegistryServer
+def http_sandbox(registry_server, tmp_path: Path) -> Iterator[Sandbox]:  # noqa: ANN001 - tests.support.registry_server.RegistryServer
     sb = up(tmp_path / "sandbox", registry=registry_server.host)
     yield sb
     stop_sandbox(sb)

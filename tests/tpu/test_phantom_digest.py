@@ -1,6 +1,6 @@
 """A registry whose HEAD names a digest it does not hold: no move to it is ever recorded.
 
-A real docker-registry behind tests/registry_proxy.py, whose HEAD of the floating tag answers a
+A real docker-registry behind tests/support/registry_proxy.py, whose HEAD of the floating tag answers a
 digest the registry has never seen (Fault.head_digest). lockstep GETs the manifest by that digest
 before it records a move to it (tpu_assets/promotion.py `served`): the lie is an error naming the
 tag and the digest, and the promotion log gets nothing. The honest control goes through the same
@@ -18,23 +18,17 @@ import pytest
 
 from resources.registry import HttpRegistry
 from resources.site import SiteResource
-from tests.registry_proxy import Fault, RegistryProxy
-from tests.registry_server import RegistryServer, running_registry
-from tests.report import count
-from tests.site_example import EXAMPLE, example_site
-from tests.tpu.registries import push_hand_made_image
+from tests.support.registry_proxy import Fault, RegistryProxy
+from tests.support.registry_server import RegistryServer
+from tests.support.report import count
+from tests.support.site_example import EXAMPLE, example_site
+from tests.support.tpu.registries import push_hand_made_image
 from tpu_assets.definitions import defs
 from tpu_assets.history import tag_history
 from tpu_assets.promotion import PhantomDigest, put_and_reread, resolve_served
 
 REPOSITORY = "org/image"
 PHANTOM = "sha256:" + hashlib.sha256(b"a manifest no registry was ever given").hexdigest()
-
-
-@pytest.fixture(scope="module")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    with running_registry(tmp_path_factory.mktemp("docker-registry")) as server:
-        yield server
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,9 +23,9 @@ from click.testing import CliRunner
 from lockstep.cli import main
 from resources.registry import ImageRef, registry_for
 from resources.site import SiteResource, load_site
-from sandbox.world import Sandbox, up
-from tests.conftest import sandbox_resources, stop_sandbox
-from tests.runs import Pipeline, failure_message, materialize, metadata, two_verified_builds
+from tests.conftest import sandbox_resources
+from tests.support.runs import failure_message, materialize, metadata
+from tests.support.two_builds import Built, record_builds, site_with_own_tag, two_builds
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
 from tpu_assets.promotion_policy import shown, utc
@@ -40,26 +39,10 @@ _TAGS = itertools.count(1)
 SANDBOX_POLICY = "[tpu.promotion]\nsoak_minutes = 0\nfreeze = []\n"  # what the sandbox writes: no soak, no freeze
 
 
-@dataclass(frozen=True)
-class Built:
-    sb: Sandbox
-    records: list[dg.AssetMaterialization]  # oldest first
-    builds: tuple[str, str]
-    digests: dict[str, str]
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    tmp = tmp_path_factory.mktemp("policy")
-    sb = up(tmp / "sandbox")
-    with dg.instance_for_test() as instance:
-        p = Pipeline(sb, sandbox_resources(sb, tmp / "cache"), instance)
-        try:
-            builds, records = two_verified_builds(p)
-            yield Built(sb=sb, records=records, builds=(builds[0], builds[1]),
-                        digests={b: p.pinned(b) or "" for b in builds})
-        finally:
-            stop_sandbox(sb)
+    with two_builds(tmp_path_factory.mktemp("policy")) as two:
+        yield two
 
 
 class World:
@@ -68,17 +51,14 @@ class World:
     def __init__(self, built: Built, instance: dg.DagsterInstance, tmp: Path) -> None:
         self.instance, self.tmp = instance, tmp
         self.tag = f"policy-{os.getpid()}-{next(_TAGS)}"
-        self.site_file = built.sb.root / f"site-{self.tag}.toml"
-        self.base = built.sb.site_file.read_text(encoding="utf-8").replace('floating_tag = "tpu"', f'floating_tag = "{self.tag}"')
+        self.site_file = site_with_own_tag(built, self.tag)
+        self.base = self.site_file.read_text(encoding="utf-8")
         assert self.tag in self.base and "auto_promote = false" in self.base and SANDBOX_POLICY in self.base
         self.policy("")
         site = load_site(self.site_file)
         self.registry, self.repository = registry_for(site), ImageRef.parse(site.tpu.image).repository
         self.resources = {**sandbox_resources(built.sb, tmp / "cache"), "site": SiteResource(path=str(self.site_file))}
-        for record in built.records:
-            if not instance.has_dynamic_partition("tpu_builds", record.partition or ""):
-                instance.add_dynamic_partitions("tpu_builds", [record.partition or ""])
-            instance.report_runless_asset_event(record)
+        record_builds(instance, built)
         self.b1, self.b2 = built.builds
         self.d1, self.d2 = built.digests[self.b1], built.digests[self.b2]
         assert self.promote(self.b1).success and self.floating() == self.d1

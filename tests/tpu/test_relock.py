@@ -16,7 +16,7 @@ from resources.uv import UvCli, UvLock
 from sandbox.world import Sandbox, advance_harbor
 from sensors.harbor import HARBOR_COMMIT_TAG
 from tests.conftest import commit_count, remote_file, remote_head
-from tests.runs import checks, failure_message, materialize, metadata
+from tests.support.runs import checks, failure_message, materialize, metadata
 from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree

@@ -9,7 +9,7 @@ import pytest
 
 from resources.errors import FileFormatError
 from resources.site import TpuSection
-from tests.resources.test_uv import LOCK
+from tests.support.uv_lock import LOCK
 from tpu_assets.relock import read_state
 
 TPU = TpuSection(harbor_repo="file:///r/harbor.git", harbor_branch="main", harbor_package="Harbor_X",

@@ -23,7 +23,7 @@ from resources.uv import UvLock, uv_binary
 from sandbox.consumer_source import CONSUMER_SHAPES, ConsumerShape
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor, up
 from tests.conftest import remote_file, remote_head, stop_sandbox
-from tests.runs import Pipeline, failure_message, materialize
+from tests.support.runs import Pipeline, failure_message, materialize
 from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.harbor_hold import HOLD, LOCK_ACTION, read_hold

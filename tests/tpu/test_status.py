@@ -29,10 +29,10 @@ from sandbox.jovian_world import new_lab_rev
 from sandbox.world import Sandbox, advance_harbor, site_config
 from sensors.status import build_status_sensor
 from tests.conftest import remote_head
-from tests.jovian.lab import Lab
-from tests.runs import Pipeline, failure_message, two_verified_builds
-from tests.servers import free_port
-from tests.ui.dagster_dev import ROOT, start_process, stop_demo
+from tests.support.jovian.lab import Lab
+from tests.support.runs import Pipeline, failure_message, two_verified_builds
+from tests.support.servers import free_port
+from tests.support.ui.dagster_dev import ROOT, start_process, stop_demo
 from tpu_assets.definitions import defs as tpu_defs
 from tpu_assets.history import verified_history
 from tpu_assets.status import STATUS, fingerprint, gather_status

@@ -1,6 +1,6 @@
 """The demo in a real browser: the asset graph, then re-lock -> build -> promote launched with clicks.
 
-`lockstep demo` runs on a fresh sandbox (tests/ui/dagster_dev.py); Playwright (from pip) drives
+`lockstep demo` runs on a fresh sandbox (tests/support/ui/dagster_dev.py); Playwright (from pip) drives
 Debian's chromium (`apt-get install chromium`; `./dev` installs it — never `playwright install`).
 The test does what the README tells a new user to do:
 
@@ -41,7 +41,7 @@ from resources.secrets import redact
 from resources.site import load_site
 from sandbox.jovian_world import JovianRepos
 from sandbox.world import CONSUMER_BRANCH, advance_harbor
-from tests.ui.dagster_dev import ROOT, Demo
+from tests.support.ui.dagster_dev import ROOT, Demo
 from tpu_assets.definitions import defs as tpu_defs
 
 pytestmark = pytest.mark.heavy(400)  # seconds, about: the order parallel workers take modules in

@@ -1,0 +1,1 @@
+"""The sandbox's tests (sandbox/): its repos, engines, nodes, CLI and teardown."""

@@ -1,0 +1,1 @@
+"""The sensors' tests (sensors/): ticks, alerts, the lane watch."""

@@ -1,0 +1,1 @@
+"""Test helpers that are not tests: servers, runs, hostile names, the canary scan, the shared worlds."""

@@ -1,0 +1,1 @@
+"""Helpers for the Jovian tests: the lab (a sandbox with its Jovian definitions)."""

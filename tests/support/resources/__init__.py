@@ -1,0 +1,1 @@
+"""Helpers for the resources tests: the child interpreter the error-path tests run."""

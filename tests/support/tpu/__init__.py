@@ -1,0 +1,1 @@
+"""Helpers for the TPU tests: the daemon, registries with race windows, the workers and code locations they run."""

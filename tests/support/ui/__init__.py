@@ -1,0 +1,1 @@
+"""Helpers for the UI tests: `dagster dev` on a sandbox."""
