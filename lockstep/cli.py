@@ -17,7 +17,7 @@ from lockstep.exits import EXIT_CODES_HELP, NegativeAnswer, OperationalError
 from lockstep.preflight.command import preflight
 from lockstep.site_cmd import site as site_group
 from lockstep.status_cmd import status
-from resources.errors import LockstepError
+from resources.errors import LockstepError, Refused
 
 if TYPE_CHECKING:  # the sandbox is imported by the commands that use it, not at CLI start
     from sandbox.layout import Sandbox
@@ -467,13 +467,11 @@ def _instance():  # type: ignore[no-untyped-def]
 
 def _guard(fn):  # type: ignore[no-untyped-def]
     """Run `fn`; a LockstepError becomes a one-line message and exit code 3 (operational), not a traceback;
-    a refusal (PromotionRefused and its kinds: the answer is "no") exit code 1."""
+    a Refused (the answer is "no") exit code 1."""
     try:
         return fn()
     except LockstepError as exc:
-        # By class name: importing tpu_assets.promotion here would load dagster at every command's start.
-        refused = any(c.__name__ == "PromotionRefused" for c in type(exc).__mro__)
-        raise (NegativeAnswer if refused else OperationalError)(str(exc)) from None
+        raise (NegativeAnswer if isinstance(exc, Refused) else OperationalError)(str(exc)) from None
 
 
 # -- the Jovian lane -------------------------------------------------------------------------------

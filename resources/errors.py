@@ -9,6 +9,11 @@ class LockstepError(Exception):
     """Base for every error lockstep raises on purpose (as opposed to a bug)."""
 
 
+class Refused(LockstepError):
+    """The question was asked and the answer is "no" (a promotion the policy forbids, a hold in the
+    way, a build already rejected): nothing was changed. The command line exits 1 for it, not 3."""
+
+
 class FileFormatError(LockstepError):
     """A file lockstep reads is not what it should be.
 

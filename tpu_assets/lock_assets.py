@@ -3,7 +3,7 @@
 import dagster as dg
 from pydantic import Field
 
-from resources.errors import LockstepError
+from resources.errors import Refused
 from resources.git import GitRemotes
 from resources.site import SiteResource
 from resources.uv import UvCli
@@ -28,7 +28,7 @@ class HarborLockConfig(dg.Config):
         "`lockstep/by` tag, else its `dagster/user` tag."))
 
 
-class HarborHeld(LockstepError):
+class HarborHeld(Refused):
     """A re-lock while a runtime rollback holds harbor (or a release with no hold); nothing was pushed."""
 
 

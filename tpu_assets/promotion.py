@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
-from resources.errors import LockstepError
+from resources.errors import LockstepError, Refused
 from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry, RegistryError, digest_of
 from resources.site import SiteConfig
@@ -34,7 +34,7 @@ from tpu_assets.tag_log import TagWrite
 TAG_MOVES_POOL = "tag_moves"
 
 
-class PromotionRefused(LockstepError):
+class PromotionRefused(Refused):
     """A promote, rollback or hold release that would be wrong; the floating tag was not touched."""
 
 
