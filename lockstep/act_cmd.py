@@ -34,8 +34,8 @@ from lockstep.graphql import DEFAULT_URL, RunEvent, Webserver, WebserverError
 from resources.errors import LockstepError
 
 LOCATION = "tpu"
-SHA_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")  # as lockstep/cli.py's: checked before anything is asked
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+SHA_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")  # every command checks a sha with check_sha, before anything is asked
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TEXT = 500  # as a rejection's reason (tpu_assets/rejection.py MAX_TEXT): one line, kept in records
 MAX_BY = 100
 # The exceptions a job raises on purpose to say "no" (tpu_assets: promotion.py, promotion_policy.py,
@@ -50,7 +50,7 @@ FOLLOW_S = 3600.0
 # -- checking what was given --------------------------------------------------------------------------
 
 
-def _sha(value: str, hint: str, *, required: bool = False) -> str:
+def check_sha(value: str, hint: str, *, required: bool = False) -> str:
     if (value or required) and not SHA_PREFIX.match(value):
         raise click.BadParameter(f"{value!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)",
                                  param_hint=hint)
@@ -61,7 +61,7 @@ def _text(value: str, hint: str, *, limit: int = MAX_TEXT, required: bool = Fals
     value = value.strip()
     if required and not value:
         raise click.BadParameter("is empty: say it, it is kept with the record", param_hint=hint)
-    if _CONTROL.search(value):
+    if CONTROL.search(value):
         raise click.BadParameter(f"{value[:60]!r} holds a control character: one line, plain text", param_hint=hint)
     if len(value) > limit:
         raise click.BadParameter(f"is {len(value)} characters long: at most {limit}", param_hint=hint)
@@ -69,7 +69,7 @@ def _text(value: str, hint: str, *, limit: int = MAX_TEXT, required: bool = Fals
 
 
 def _url(value: str) -> str:
-    if not re.match(r"^https?://[^\s/]+", value) or _CONTROL.search(value):
+    if not re.match(r"^https?://[^\s/]+", value) or CONTROL.search(value):
         raise click.BadParameter(f"{value!r} is not an http(s) URL of a Dagster webserver", param_hint="--url")
     return value
 
@@ -307,7 +307,7 @@ def _local_promote_plan(*, build: str, override_freeze: bool, note: str, as_json
 def promote(build: str, note: str, override_freeze: bool, by: str, url: str, plan: bool, as_json: bool) -> None:
     """Move the floating tag to a verified build: launches promote_tpu through the webserver and follows it.
     Exit 0 moved, 1 refused (policy, rejection, already there), 3 failed or unreachable."""
-    _sha(build, "--build")
+    check_sha(build, "--build")
     note = _text(note, "--note", required=override_freeze)
     if plan:
         if build or override_freeze:
@@ -337,8 +337,8 @@ def rollback(ctx: click.Context, build: str, must_contain: str, scope: str, note
     `lockstep rollback plan` is the in-process planner on $DAGSTER_HOME (as `--plan` with selectors)."""
     if ctx.invoked_subcommand is not None:
         return
-    _sha(build, "--build")
-    _sha(must_contain, "--must-contain")
+    check_sha(build, "--build")
+    check_sha(must_contain, "--must-contain")
     note = _text(note, "--note")
     if plan:
         if build or must_contain or scope != "auto":
@@ -357,8 +357,8 @@ def rollback_plan(must_contain: str, build: str, as_json: bool) -> None:
     """Print which build a rollback would move the floating tag to, and why each other one is refused,
     then what each scope (image: the tag; runtime: the consumer's uv.lock) would change, from the
     instance at $DAGSTER_HOME. Changes nothing. Exit 0 when there is a target, 1 when there is none."""
-    _sha(must_contain, "--must-contain")
-    _sha(build, "--build")
+    check_sha(must_contain, "--must-contain")
+    check_sha(build, "--build")
     _local_rollback_plan(must_contain=must_contain, build=build, scope="auto", as_json=as_json)
 
 
@@ -397,7 +397,7 @@ def build() -> None:
 def build_reject(sha: str, reason: str, by: str, url: str, as_json: bool) -> None:
     """Reject BUILD (a tpu_builds commit sha or its prefix): launches reject_tpu_build. Exit 0 recorded,
     1 refused, 3 failed (e.g. already rejected, no such build) or unreachable."""
-    _sha(sha, "BUILD", required=True)
+    check_sha(sha, "BUILD", required=True)
     reason = _text(reason, "--reason", required=True)
     run_job(url=url, job="reject_tpu_build", op="reject_build", by=who(by), command="build reject", as_json=as_json,
             config={"build": sha, "reason": reason}, moves_tag=False)
@@ -410,7 +410,7 @@ def build_reject(sha: str, reason: str, by: str, url: str, as_json: bool) -> Non
 @_json
 def build_release(sha: str, by: str, url: str, as_json: bool) -> None:
     """Undo `lockstep build reject BUILD`: launches release_tpu_build; it may be promoted again."""
-    _sha(sha, "BUILD", required=True)
+    check_sha(sha, "BUILD", required=True)
     run_job(url=url, job="release_tpu_build", op="release_build", by=who(by), command="build release",
             as_json=as_json, config={"build": sha}, moves_tag=False)
 

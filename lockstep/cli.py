@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from lockstep.act_cmd import COMMANDS as ACT_COMMANDS
+from lockstep.act_cmd import CONTROL, check_sha
 from lockstep.deploy_cmd import deploy
 from lockstep.exits import EXIT_CODES_HELP, NegativeAnswer, OperationalError
 from lockstep.preflight.command import preflight
@@ -160,8 +160,6 @@ def sandbox_iris_contract(root: Path, contract: str) -> None:
 # -- images ---------------------------------------------------------------------------------------
 
 
-_SHA_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @main.group()
@@ -222,7 +220,7 @@ def image_digest(ref: str, as_json: bool) -> None:
 @click.argument("path")
 def image_cat(ref: str, path: str) -> None:
     """Print PATH as installed in the image (read from the top layer down, never from a build log)."""
-    if not path or _CONTROL.search(path):
+    if not path or CONTROL.search(path):
         raise click.BadParameter(f"{path!r} is not a file path (empty, or holds a control character)", param_hint="PATH")
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
     read = _guard(lambda: registry.read_file(repository=parsed.repository, reference=parsed.reference, path=path))
@@ -272,11 +270,9 @@ def changelog(frm: str, to: str, must_contain: str, as_json: bool) -> None:
     prefixes of a build (a tpu_builds partition: a consumer commit, read through its uv.lock pin) or of
     a harbor commit. Reads git only; changes nothing."""
     # Checked before the site, the instance or git is read: these become git revisions.
-    for hint, value in (("FROM", frm), ("TO", to), ("--must-contain", must_contain)):
-        if (value or hint != "--must-contain") and not _SHA_PREFIX.match(value):
-            raise click.BadParameter(
-                f"{value!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)", param_hint=hint
-            )
+    check_sha(frm, "FROM", required=True)
+    check_sha(to, "TO", required=True)
+    check_sha(must_contain, "--must-contain")
 
     from resources.changelog import changelog_text
     from resources.git import git_for
@@ -311,9 +307,7 @@ def _record_rejection(build: str, *, rejected: bool, by: str, reason: str) -> No
     from resources.site import load_site
     from tpu_assets.rejection import record_rejection
 
-    if not _SHA_PREFIX.match(build):
-        raise click.BadParameter(f"{build!r} is not a commit sha or a prefix of one (4 to 40 lower-case hex digits)",
-                                 param_hint="BUILD")
+    check_sha(build, "BUILD", required=True)
 
     def run():  # type: ignore[no-untyped-def]
         site = load_site()
