@@ -41,6 +41,12 @@ QUALITY_GATE = "quality_not_below_baseline"
 
 
 
+def lane_container(lane: str) -> str:
+    """The lane's serving container on every node: one fixed name per lane (jovian_assets/lane.py starts
+    it, sensors/lane_watch.py reads it)."""
+    return f"lockstep-{lane}"
+
+
 def node_pool(node: str) -> str:
     """The Dagster pool of one DGX node: builds on a node run one at a time (instance default_limit 1)."""
     return f"spark_node/{node}"

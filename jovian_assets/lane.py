@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol
 import dagster as dg
 from pydantic import ConfigDict, Field, ValidationError
 
-from jovian_assets.keys import LANE
+from jovian_assets.keys import LANE, lane_container
 from jovian_assets.models import LaneServing, ServedImage
 from resources.errors import LockstepError
 from resources.heartbeat import TAIL_LINES, Heartbeat
@@ -191,7 +191,7 @@ def lists_model(body: bytes, model: str) -> bool:
 
 
 def container_name(lane: LaneSection) -> str:
-    return f"lockstep-{lane.name}"
+    return lane_container(lane.name)
 
 
 def serve_argv(lane: LaneSection, *, tag: str, rank: int, head: str) -> list[str]:

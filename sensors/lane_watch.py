@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 
 import dagster as dg
 
-from jovian_assets.keys import LANE, LANE_WATCH_SENSOR, LIVE_NODES, LIVE_WHY, OBSERVED_BY
+from jovian_assets.keys import LANE, LANE_WATCH_SENSOR, LIVE_NODES, LIVE_WHY, OBSERVED_BY, lane_container
 from resources.deadline import limit
 from resources.errors import LockstepError
 from resources.secrets import redact, secret_values
@@ -36,7 +36,7 @@ NodeSeen = tuple[str | None, str]  # (image ID, why there is none)
 
 
 def container_name(lane: LaneSection) -> str:
-    return f"lockstep-{lane.name}"  # jovian_assets/lane.py container_name, without loading the lane code
+    return lane_container(lane.name)  # the name lane.py starts it under, without loading the lane code
 
 
 def seen_on(spark: SparkNodes, site: SiteConfig, lane: LaneSection, node: str) -> NodeSeen:
