@@ -68,7 +68,7 @@ def _text(value: str, hint: str, *, limit: int = MAX_TEXT, required: bool = Fals
     return value
 
 
-def _url(value: str) -> str:
+def check_url(value: str) -> str:
     if not re.match(r"^https?://[^\s/]+", value) or CONTROL.search(value):
         raise click.BadParameter(f"{value!r} is not an http(s) URL of a Dagster webserver", param_hint="--url")
     return value
@@ -88,7 +88,7 @@ def who(by: str) -> str:
 
 
 _by = click.option("--by", default="", metavar="WHO", help="Who asks, recorded with the run (default: the login name).")
-_web = click.option("--url", default=DEFAULT_URL, show_default=True, callback=lambda c, p, v: _url(v),
+_web = click.option("--url", default=DEFAULT_URL, show_default=True, callback=lambda c, p, v: check_url(v),
                     help="The Dagster webserver to launch through (needs only this URL, no database access).")
 _json = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the log.")
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import click
 from pydantic import ValidationError
 
+from lockstep.act_cmd import check_url
 from lockstep.exits import NEGATIVE, OK, OPERATIONAL
 from lockstep.graphql import DEFAULT_URL, REPOSITORY, Webserver, WebserverError
 from lockstep.status_model import STATUS_JSON, STATUS_PATH, Status, age, promote_plan, render, rollback_plan
@@ -95,7 +96,8 @@ def plan_text(web: Webserver, *, action: Literal["promote", "rollback"]) -> tupl
 
 
 @click.command("status")
-@click.option("--url", default=DEFAULT_URL, show_default=True, help="The Dagster webserver to read from.")
+@click.option("--url", default=DEFAULT_URL, show_default=True, callback=lambda c, p, v: check_url(v),
+              help="The Dagster webserver to read from.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status record as JSON.")
 def status(url: str, as_json: bool) -> None:
     """What is deployed where: :tpu's digest and the harbor it bakes, the harbor the consumer's lock makes

@@ -164,3 +164,9 @@ def test_plan_text_answers_promote_and_rollback_from_the_record(webserver: tuple
     rollback, target = plan_text(Webserver(url), action="rollback")
     assert target and "rollback to build 11111111" in rollback and "-> TARGET" in rollback
     assert "What each scope changes" in rollback
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:3000", "http://127.0.0.1:3000/\x1b[31m", "-rf", ""])
+def test_a_url_that_is_not_a_webserver_is_refused_before_anything_is_asked(url: str) -> None:
+    said = CliRunner().invoke(status, ["--url", url])
+    assert said.exit_code == 2 and "--url" in said.output, said.output
