@@ -62,11 +62,11 @@ def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> d
             except LockstepError as exc:
                 return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
             status = gather_status(cfg, context.instance, git_res, registry, now=now_utc())
-        digest = fingerprint(status)
-        if digest == newest_status_hash(context.instance):
-            return dg.SensorResult(cursor=digest, skip_reason=(
+        # Compared with the newest record, not a cursor: a refresh_status run records too.
+        if fingerprint(status) == newest_status_hash(context.instance):
+            return dg.SensorResult(skip_reason=(
                 f"unchanged ({len(status.warnings)} warnings, {len(status.errors)} unknown facts): nothing recorded"))
-        return dg.SensorResult(cursor=digest, asset_events=[status_observation(status)])
+        return dg.SensorResult(asset_events=[status_observation(status)])
 
     return status_sensor
 
