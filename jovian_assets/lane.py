@@ -313,9 +313,8 @@ class Lane:
         A heartbeat every [timeouts] heartbeat_s says which readiness line it waits for, with the head's log tail."""
         deadline = started + budget_s
         patterns = self.lane.ready_patterns
-        heartbeat = Heartbeat(f"lane boot of {what} on {self.lane.name}", budget_s=budget_s, log=self.log.info,
-                              every_s=self.site.timeouts.heartbeat_s, started=started,
-                              secrets=secret_values(self.site.secret_env_names()))
+        heartbeat = Heartbeat.for_site(self.site, f"lane boot of {what} on {self.lane.name}", budget_s=budget_s,
+                                       log=self.log.info, started=started)
         while True:
             states = {node: self.inspect(node) for node in self.lane.nodes}
             wrong = [f"{node} runs {s.image_id}" for node, s in states.items() if s is not None and s.image_id != image_id]

@@ -26,7 +26,6 @@ from jovian_assets.node_build import (
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
 from resources.heartbeat import Heartbeat, observe_start
-from resources.secrets import secret_values
 from resources.site import SiteConfig, SiteResource
 from resources.spark import SparkNodes
 
@@ -89,8 +88,7 @@ def _build_on_node(context: dg.AssetExecutionContext, site: SiteResource, git: G
 
 def step_heartbeat(config: SiteConfig, step: str, budget_s: float | None, context: dg.AssetExecutionContext) -> Heartbeat:
     """A long step's heartbeat in the run's log, every [timeouts] heartbeat_s, the site's secrets masked."""
-    return Heartbeat(step, budget_s=budget_s, log=context.log.info, every_s=config.timeouts.heartbeat_s,
-                     secrets=secret_values(config.secret_env_names()))
+    return Heartbeat.for_site(config, step, budget_s=budget_s, log=context.log.info)
 
 
 def build_image_asset(pool: str) -> dg.AssetsDefinition:

@@ -24,11 +24,14 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from resources.secrets import redact
+from resources.secrets import redact, secret_values
+
+if TYPE_CHECKING:
+    from resources.site import SiteConfig
 
 # 60 s: a person watching a run sees it move within a minute, and an hour-long build writes sixty
 # lines, not thousands; each line may cost one extra log read on the cluster or node (the tail).
@@ -127,6 +130,13 @@ class Heartbeat:
         self.last = self.started  # the first line comes one interval after the start: the start has its own line
         self.count = 0
         self._lock = threading.Lock()  # `covering`'s thread and the step's own beats share `last`
+
+    @classmethod
+    def for_site(cls, site: SiteConfig, step: str, *, budget_s: float | None, log: Callable[[str], Any],
+                 started: float | None = None) -> Heartbeat:
+        """A step's heartbeat as a site wants it: every [timeouts] heartbeat_s, the site's secrets masked."""
+        return cls(step, budget_s=budget_s, log=log, every_s=site.timeouts.heartbeat_s, started=started,
+                   secrets=secret_values(site.secret_env_names()))
 
     def due_in(self) -> float:
         """Seconds until the next line is due (0 when it is): the longest a wait loop may sleep."""

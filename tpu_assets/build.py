@@ -19,7 +19,6 @@ from resources.git import GitRemotes
 from resources.iris import IrisCli, IrisError, JobLog, JobSpec, JobState, JobSummary, Submission
 from resources.kaniko import KanikoSettings, kaniko_job
 from resources.registry import ImageRef, Registry
-from resources.secrets import secret_values
 from resources.site import SiteConfig
 from resources.uv import UvLock
 from tpu_assets.build_script import BuildScriptRefused, check_build_script
@@ -111,8 +110,7 @@ def refuse_leak(log: JobLog | None, submission: Submission, spec: JobSpec, summa
 def job_heartbeat(site: SiteConfig, submission: Submission, spec: JobSpec, *, what: str,
                   log: Callable[[str], object]) -> Heartbeat:
     """The heartbeat of a job's wait: every [timeouts] heartbeat_s, its time against iris's --timeout."""
-    return Heartbeat(f"{what} job {submission.job_id}", budget_s=spec.timeout_s or None, log=log,
-                     every_s=site.timeouts.heartbeat_s, secrets=secret_values(site.secret_env_names()))
+    return Heartbeat.for_site(site, f"{what} job {submission.job_id}", budget_s=spec.timeout_s or None, log=log)
 
 
 def finish_job(iris: IrisCli, submission: Submission, spec: JobSpec, *, what: str, consequence: str,
