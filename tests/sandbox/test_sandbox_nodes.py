@@ -336,14 +336,28 @@ def test_save_piped_into_load_on_another_node_keeps_the_image_id(r28: dict, tmp_
     assert out(again) == f"Loaded image: {tag}\n"
 
 
+def member_cuts(data: bytes) -> tuple[int, int]:
+    """(end of the first complete regular member, a byte inside the largest member) of a tar stream."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        files = [m for m in tar.getmembers() if m.isfile() and m.size > 0]
+    first, largest = files[0], max(files, key=lambda m: m.size)
+    whole = first.offset_data + -(-first.size // 512) * 512
+    assert whole < len(data) and largest.size > 1024
+    return whole, largest.offset_data + largest.size // 2
+
+
 def test_a_corrupt_or_cut_stream_fails_to_load_and_stores_nothing(r28: dict, tmp_path: Path) -> None:
     data = save_bytes(r28["node"], r28["tag"])
     dst = install_node(tmp_path / "lane")
     flipped = bytearray(data)
     at = data.index(b"nvfp4_ds_mla")  # inside the layer tar: a byte of vllm/config/cache.py
     flipped[at] ^= 0x20
+    # Cut at a member boundary the stream is a valid tar missing manifest.json; cut inside a member it
+    # is a short read. Which member comes first follows the image's hashes, so the cuts are found, not
+    # fixed (a fixed 1536 bytes fell inside the config when its hash sorted first).
+    whole, inside = member_cuts(data)
     # What dockerd 20.10 answers to each (its own words; a cut stream names the file it missed).
-    for stream, why in ((data[: len(data) // 2], "unexpected EOF"), (data[:1536], "no such file or directory"),
+    for stream, why in ((data[:inside], "unexpected EOF"), (data[:whole], "no such file or directory"),
                         (bytes(flipped), "invalid diffID for layer"), (b"", "no such file or directory"),
                         (b"not a tar stream at all" * 40, "invalid tar header")):
         result = sh(dst, "docker", "load", input=stream)
