@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dagster as dg  # noqa: E402
 
 from resources.git import GitRemotes  # noqa: E402
-from resources.site_promotion import PromotionSection  # noqa: E402
+from resources.site.promotion import PromotionSection  # noqa: E402
 from tests.support.postgres_server import start_postgres, stop_postgres  # noqa: E402
 from tests.support.tpu import history_fill as hf  # noqa: E402
 from tpu_assets.history import (  # noqa: E402

@@ -43,7 +43,7 @@ from resources.registry import (  # noqa: E402
     OCI_MANIFEST,
     HttpRegistry,
 )
-from resources.site import HARBOR_GUARD_PROBE, Probe, TpuSection  # noqa: E402
+from resources.site.tpu import HARBOR_GUARD_PROBE, Probe, TpuSection  # noqa: E402
 from tests.support.registry_server import start_registry, stop_registry  # noqa: E402
 from tpu_assets.inspection import (  # noqa: E402
     CHECK_INSTALLED,

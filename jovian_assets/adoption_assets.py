@@ -55,7 +55,7 @@ from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, glob_match
 from resources.links import commit_entries
 from resources.secrets import redact
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 
 
 

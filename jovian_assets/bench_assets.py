@@ -18,8 +18,9 @@ from jovian_assets.partitions import lab_revs
 from resources.atomic import write_atomic
 from resources.git import GitRemotes
 from resources.links import commit_entries
-from resources.site import SiteConfig, SiteResource
-from resources.site_jovian import LaneSection
+from resources.site.schema import SiteConfig
+from resources.site.resource import SiteResource
+from resources.site.jovian import LaneSection
 from resources.spark import SparkNodes
 
 # The bench tools' parsers and report writers load with the first bench run, not with the location.

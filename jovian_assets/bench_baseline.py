@@ -9,7 +9,7 @@ from jovian_assets.node_build import NodeBuildFailed
 from resources.atomic import write_atomic
 from resources.git import GitRemotes
 from resources.names import NameRefused, check_relative_path
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 
 if TYPE_CHECKING:
     from jovian_assets.bench_tools import Baseline

@@ -24,14 +24,9 @@ from jovian_assets.keys import node_pool
 from jovian_assets.node_assets import build_image_asset, distributed_image
 from jovian_assets.partitions import lab_revs
 from resources.git import git_for
-from resources.site import (
-    SiteConfig,
-    location_owners,
-    needs_site,
-    site_at_load,
-    site_resource,
-    with_owners,
-)
+from resources.site.schema import SiteConfig
+from resources.site.resource import location_owners, needs_site, site_resource, with_owners
+from resources.site.load import site_at_load
 from resources.spark import spark_for
 from sensors.lab_revs import build_lab_rev_sensor
 from sensors.lane_watch import build_lane_watch_sensor

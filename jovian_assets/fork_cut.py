@@ -29,7 +29,7 @@ from jovian_assets.source_lock import LockedPackage
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
-from resources.site_jovian import JovianSection, rev_order
+from resources.site.jovian import JovianSection, rev_order
 
 if TYPE_CHECKING:
     from resources.changelog import CommitRange

@@ -10,7 +10,7 @@ from jovian_assets.keys import LANE, LANE_SERVING
 from jovian_assets.models import LaneServing
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from resources.spark import SparkNodes
 
 lane = dg.AssetSpec(

@@ -26,7 +26,8 @@ from jovian_assets.node_build import (
 from jovian_assets.partitions import lab_revs
 from resources.git import GitRemotes
 from resources.heartbeat import Heartbeat, observe_start
-from resources.site import SiteConfig, SiteResource
+from resources.site.schema import SiteConfig
+from resources.site.resource import SiteResource
 from resources.spark import SparkNodes
 
 

@@ -23,7 +23,7 @@ from resources.errors import LockstepError
 from resources.heartbeat import TAIL_LINES, Heartbeat
 from resources.model import Model
 from resources.names import under
-from resources.site_jovian import BootGate
+from resources.site.jovian import BootGate
 from resources.spark import DetachedHandle, SparkError, SparkNodes
 
 # The label `sm121 build` stamps, and lockstep too (through build.sh's BUILD_DIR_CHECKSUM): one label,

@@ -9,7 +9,7 @@ from resources.git import GitRemotes
 from resources.model import Model
 from resources.names import NameRefused, check_name
 from resources.secrets import redact
-from resources.site_jovian import JovianSection
+from resources.site.jovian import JovianSection
 
 LAB_COMMIT_TAG = "lockstep/lab_commit"  # set by lab_rev_sensor: the lab commit a run adopts from
 

@@ -233,7 +233,7 @@ def _local_rollback_plan(*, must_contain: str, build: str, scope: str, as_json: 
     from lockstep.cli import _guard, _instance
     from resources.git import git_for
     from resources.registry import registry_for
-    from resources.site import load_site
+    from resources.site.load import load_site
     from tpu_assets.history import tag_history, verified_history
     from tpu_assets.promotion import plan_for
     from tpu_assets.runtime_rollback import explain_scopes
@@ -260,7 +260,7 @@ def _local_promote_plan(*, build: str, override_freeze: bool, note: str, as_json
     process on the instance at $DAGSTER_HOME as promote_tpu judges it; changes nothing."""
     from lockstep.cli import _guard, _instance
     from resources.registry import ImageRef, registry_for
-    from resources.site import load_site
+    from resources.site.load import load_site
     from tpu_assets.history import verified_history
     from tpu_assets.promotion_policy import PolicyRefused
     from tpu_assets.rejection import now_utc, policy_gate

@@ -170,7 +170,7 @@ def image() -> None:
 def _image_ref(ref: str):  # type: ignore[no-untyped-def]
     """REF parsed by the registry's own name rules, before the site is read or anything is asked."""
     from resources.registry import ImageRef
-    from resources.site_rules import check_host_port
+    from resources.site.rules import check_host_port
 
     try:
         parsed = ImageRef.parse(ref)
@@ -185,7 +185,7 @@ def _registry_and_ref(ref: str):  # type: ignore[no-untyped-def]
     """The registry to read REF from: the site's own (token, layout dir) when REF is on the site's
     registry host; otherwise anonymous HTTP(S) (plain HTTP for 127.0.0.1 and localhost)."""
     from resources.registry import HttpRegistry, ImageRef, registry_for
-    from resources.site import load_site
+    from resources.site.load import load_site
 
     parsed = _image_ref(ref)
     try:
@@ -236,7 +236,7 @@ def image_cat(ref: str, path: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"ref", "passed", "description", "facts"} instead.')
 def image_probes(ref: str, as_json: bool) -> None:
     """Run the site's file probes (default: the harbor config-drift guard) on REF; exit 0 only if all hold."""
-    from resources.site import TpuSection
+    from resources.site.tpu import TpuSection
     from tpu_assets.inspection import run_probes
 
     registry, parsed, site = _guard(lambda: _registry_and_ref(ref))
@@ -276,7 +276,7 @@ def changelog(frm: str, to: str, must_contain: str, as_json: bool) -> None:
 
     from resources.changelog import changelog_text
     from resources.git import git_for
-    from resources.site import load_site
+    from resources.site.load import load_site
     from tpu_assets.changelog import changelog_between, resolve_endpoint
 
     def compare():  # type: ignore[no-untyped-def]
@@ -304,7 +304,7 @@ def changelog(frm: str, to: str, must_contain: str, as_json: bool) -> None:
 def _record_rejection(build: str, *, rejected: bool, by: str, reason: str) -> None:
     import getpass
 
-    from resources.site import load_site
+    from resources.site.load import load_site
     from tpu_assets.rejection import record_rejection
 
     check_sha(build, "BUILD", required=True)
@@ -348,7 +348,7 @@ def release(build: str, by: str) -> None:
 def pools(iris_builds: int, apply: bool) -> None:
     """The Dagster pools this site needs: tag moves, iris builds, one per DGX build node."""
     from lockstep.pools import apply_pools, site_pools
-    from resources.site import load_site
+    from resources.site.load import load_site
 
     wanted = site_pools(_guard(load_site), iris_builds=iris_builds)
     if not apply:
@@ -442,7 +442,7 @@ def _set_demo_pools(home: Path, site_file: Path) -> None:
     import dagster as dg
 
     from lockstep.pools import apply_pools, site_pools
-    from resources.site import load_site
+    from resources.site.load import load_site
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         apply_pools(instance, site_pools(load_site(site_file), iris_builds=1))
@@ -483,7 +483,7 @@ def lane_rebaseline(report: str) -> None:
     repo) the lane's baseline: writes recipes/<lane>/baseline.json there, committed and pushed."""
     from jovian_assets.bench_baseline import rebaseline
     from resources.git import git_for
-    from resources.site import load_site
+    from resources.site.load import load_site
 
     def run():  # type: ignore[no-untyped-def]
         site = load_site()

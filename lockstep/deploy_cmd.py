@@ -33,7 +33,7 @@ def deploy_env(site_file: Path | None, fmt: str, as_json: bool, update_dir: Path
     from lockstep.deploy_env import deploy_env as make, render, update_docker_dir
     from lockstep.exits import OperationalError
     from resources.errors import LockstepError
-    from resources.site import DEFAULT_SITE, SITE_ENV, site_names_only
+    from resources.site.load import DEFAULT_SITE, SITE_ENV, site_names_only
 
     path = site_file or Path(os.environ.get(SITE_ENV) or DEFAULT_SITE)
     if not path.is_file():

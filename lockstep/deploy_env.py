@@ -19,7 +19,7 @@ from typing import Literal
 from resources.atomic import write_atomic
 from resources.errors import LockstepError
 from resources.model import Model
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 
 # What every run needs besides the site's secrets, in the order deploy/docker/dagster.yaml lists them:
 # the instance's Postgres (dagster.yaml `storage:` reads these), where the site and the git mirrors are,

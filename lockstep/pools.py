@@ -10,7 +10,7 @@ from __future__ import annotations
 import dagster as dg
 
 from jovian_assets.keys import node_pool
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.keys import IRIS_POOL
 from tpu_assets.promotion import TAG_MOVES_POOL
 

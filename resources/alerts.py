@@ -18,7 +18,7 @@ from pydantic import Field
 from resources.errors import LockstepError
 from resources.model import Model
 from resources.secrets import quiet_urllib3, redact
-from resources.site_alerts import AlertKind, AlertsSection
+from resources.site.alerts import AlertKind, AlertsSection
 
 TRIES = 3
 TIMEOUT_S = 10

@@ -49,7 +49,7 @@ from resources.secrets import redact
 if TYPE_CHECKING:
     import git
 
-    from resources.site import SiteConfig
+    from resources.site.schema import SiteConfig
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 

@@ -31,7 +31,7 @@ import dagster as dg
 from resources.secrets import redact, secret_values
 
 if TYPE_CHECKING:
-    from resources.site import SiteConfig
+    from resources.site.schema import SiteConfig
 
 # 60 s: a person watching a run sees it move within a minute, and an hour-long build writes sixty
 # lines, not thousands; each line may cost one extra log read on the cluster or node (the tail).

@@ -16,7 +16,7 @@ import re
 from pydantic import ConfigDict, Field
 
 from resources.errors import LockstepError
-from resources.iris import JobSpec
+from resources.iris.cli import JobSpec
 from resources.model import Model
 
 # What follows `--` in the runbook, verbatim: decode the script in the task, then become it.

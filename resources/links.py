@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from resources.secrets import without_credentials
-from resources.site import LinksSection
+from resources.site.links import LinksSection
 
 
 def commit_url(links: LinksSection, remote: str, sha: str) -> str | None:

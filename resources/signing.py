@@ -10,7 +10,7 @@ from pydantic import Field
 
 if TYPE_CHECKING:
     from resources.attest import SigningKey
-    from resources.site import SiteConfig
+    from resources.site.schema import SiteConfig
 
 
 class AttestSigner(dg.ConfigurableResource):

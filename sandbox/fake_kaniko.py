@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from resources.registry import HttpRegistry, ImageRef, LayoutRegistry, RegistryError, registry_for
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox import kaniko_build
 from sandbox.engines import EngineError
 from sandbox.git_server import GitServer

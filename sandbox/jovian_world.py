@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from jovian_assets.bench_tools import Baseline, baseline_json, baseline_path, parse_quality
 from resources.errors import LockstepError
-from resources.site_jovian import JovianSection, LaneSection
+from resources.site.jovian import JovianSection, LaneSection
 from sandbox import jovian_sources as src
 from sandbox.bench_offline import BOOK_URL as BENCH_BOOK_URL
 from sandbox.bench_offline import TOKENIZER_DIR as BENCH_TOKENIZER

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from resources.site import SparkNode, SparkSection
+from resources.site.spark import SparkNode, SparkSection
 from sandbox.bench_offline import TOKENIZER_DIR
 from sandbox.engines import DOCKER, ENGINE_DIR, Engine
 from sandbox.layout import NODES, NODES_DIR, Sandbox

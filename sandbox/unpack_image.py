@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from resources.registry import ImageRef, Registry, registry_for
-from resources.site import load_site
+from resources.site.load import load_site
 
 
 def _remove(path: Path) -> None:

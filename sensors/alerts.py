@@ -25,8 +25,9 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.model import Model
 from resources.secrets import redact
-from resources.site import SiteConfig, SiteResource
-from resources.site_alerts import AlertsSection, Webhook
+from resources.site.schema import SiteConfig
+from resources.site.resource import SiteResource
+from resources.site.alerts import AlertsSection, Webhook
 from sensors.tick_resources import default_sensor_status
 from tpu_assets.history import tag_history
 from tpu_assets.alert_events import alert_for, bench_alert, rev_adopted_alert, verified_waiting_alert

@@ -21,7 +21,7 @@ import dagster as dg
 
 from resources.errors import LockstepError
 from resources.registry import ImageRef, Registry
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from sensors.tick_resources import default_sensor_status, tick_budget
 from tpu_assets.history import log_state, move_materialization
 from tpu_assets.promotion import floating_tag_lock_name, served

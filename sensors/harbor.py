@@ -6,7 +6,7 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.links import commit_entries
 from resources.secrets import redact
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 from tpu_assets.harbor_hold import read_hold
 

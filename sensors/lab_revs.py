@@ -6,7 +6,7 @@ from jovian_assets.revs import LAB_COMMIT_TAG, lab_locks
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 
 

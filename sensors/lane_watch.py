@@ -23,8 +23,9 @@ from jovian_assets.keys import LANE, LANE_WATCH_SENSOR, LIVE_NODES, LIVE_WHY, OB
 from resources.deadline import limit
 from resources.errors import LockstepError
 from resources.secrets import redact, secret_values
-from resources.site import SiteConfig, SiteResource
-from resources.site_jovian import LaneSection
+from resources.site.schema import SiteConfig
+from resources.site.resource import SiteResource
+from resources.site.jovian import LaneSection
 from resources.spark import SparkNodes
 from sensors.tick_resources import default_sensor_status, tick_budget
 

@@ -15,7 +15,7 @@ import dagster as dg
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.registry import Registry
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, STATUS, VERIFIED_IMAGE
 from tpu_assets.rejection import now_utc

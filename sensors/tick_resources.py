@@ -19,8 +19,8 @@ import dagster as dg
 
 from resources.deadline import Budget, budget
 from resources.errors import LockstepError
-from resources.site import SiteResource
-from resources.site_timeouts import TimeoutsSection
+from resources.site.resource import SiteResource
+from resources.site.timeouts import TimeoutsSection
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
 

@@ -6,7 +6,7 @@ import dagster as dg
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.secrets import redact
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
 from tpu_assets.history import tag_history
 from tpu_assets.keys import VERIFIED_IMAGE

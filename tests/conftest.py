@@ -9,10 +9,11 @@ import git
 import pytest
 
 from resources.git import git_for
-from resources.iris import iris_for
+from resources.iris.cli import iris_for
 from resources.registry import registry_for
 from resources.signing import signer_for
-from resources.site import SiteResource, load_site
+from resources.site.resource import SiteResource
+from resources.site.load import load_site
 from resources.spark import spark_for
 from resources.uv import UvCli
 from sandbox.world import (

@@ -123,9 +123,9 @@ def test_a_broken_site_file_fails_the_location_load_naming_file_and_line(sb: San
 
 
 def test_resources_are_built_from_the_site_at_load_with_secrets_as_env_vars(sb: Sandbox) -> None:
-    from resources.iris import IrisCli
+    from resources.iris.cli import IrisCli
     from resources.registry import HttpRegistry
-    from resources.site import load_site
+    from resources.site.load import load_site
     from tpu_assets.definitions import tpu_resources
 
     text = sb.site_file.read_text()
@@ -143,7 +143,8 @@ def test_resources_are_built_from_the_site_at_load_with_secrets_as_env_vars(sb: 
 
 
 def test_a_run_refuses_a_site_file_that_changed_since_the_location_loaded(sb: Sandbox) -> None:
-    from resources.site import SiteChanged, load_site, site_resource
+    from resources.site.resource import SiteChanged, site_resource
+    from resources.site.load import load_site
 
     resource = site_resource(load_site(sb.site_file))
     assert resource.config().tpu.floating_tag == "tpu"

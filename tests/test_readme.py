@@ -38,7 +38,7 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources

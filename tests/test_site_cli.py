@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockstep.cli import main
-from resources.site import SITE_ENV
+from resources.site.load import SITE_ENV
 from tests.support.site_example import EXAMPLE, example_site
 
 CORPUS = sorted((Path(__file__).resolve().parent / "corpus" / "site").glob("*.toml"))

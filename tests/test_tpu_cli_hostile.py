@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import resources.site
+import resources.site.load
 from lockstep.cli import main
 from resources.errors import LockstepError
 from resources.registry.base import Registry
@@ -39,7 +39,7 @@ def outside_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     for name in ("resolve", "scan", "read_file", "absence"):
         monkeypatch.setattr(Registry, name, record(f"registry.{name}"))
     monkeypatch.setattr(socket.socket, "connect", record("socket.connect"))
-    monkeypatch.setattr(resources.site, "load_site", record("load_site", LockstepError))
+    monkeypatch.setattr(resources.site.load, "load_site", record("load_site", LockstepError))
     return calls
 
 

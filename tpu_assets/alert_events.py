@@ -14,7 +14,7 @@ import dagster as dg
 from jovian_assets.keys import BENCH as BENCH_REPORT
 from jovian_assets.keys import BUILD_PROFILE
 from resources.alerts import Alert, asset_link, one_line, short
-from resources.site_alerts import AlertKind, AlertsSection
+from resources.site.alerts import AlertKind, AlertsSection
 from tpu_assets.harbor_hold import HOLD, HOLD_REASON, LOCK_ACTION
 from tpu_assets.history import BY
 from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, VERIFIED_IMAGE

@@ -16,10 +16,11 @@ from resources.errors import LockstepError
 from resources.heartbeat import Heartbeat
 from resources.reader import read_bytes, read_text
 from resources.git import GitRemotes
-from resources.iris import IrisCli, IrisError, JobLog, JobSpec, JobState, JobSummary, Submission
+from resources.iris.cli import IrisCli, JobLog, JobSpec, Submission
+from resources.iris.output import IrisError, JobState, JobSummary
 from resources.kaniko import KanikoSettings, kaniko_job
 from resources.registry import ImageRef, Registry
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from resources.uv import UvLock
 from tpu_assets.build_script import BuildScriptRefused, check_build_script
 from tpu_assets.dockerfile import find_pin, pin_variable

@@ -20,7 +20,7 @@ from resources.errors import LockstepError
 from resources.git import GitError, GitRemotes, RemoteUnreachable
 from resources.model import Model
 from resources.registry import ImageRef, Registry
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from resources.uv import UvLock
 from tpu_assets.inspection import read_installed
 from tpu_assets.rollback import TagMove, VerifiedBuild, VerifiedRecords, as_records

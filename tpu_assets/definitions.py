@@ -11,17 +11,12 @@ import dagster as dg
 gc.freeze()
 
 from resources.git import git_for
-from resources.iris import iris_for
+from resources.iris.cli import iris_for
 from resources.registry import registry_for
 from resources.signing import signer_for
-from resources.site import (
-    SiteConfig,
-    location_owners,
-    needs_site,
-    site_at_load,
-    site_resource,
-    with_owners,
-)
+from resources.site.schema import SiteConfig
+from resources.site.resource import location_owners, needs_site, site_resource, with_owners
+from resources.site.load import site_at_load
 from resources.uv import UvCli
 from sensors.alerts import build_alert_sensor
 from sensors.floating_tag import build_floating_tag_watch

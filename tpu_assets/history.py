@@ -18,7 +18,7 @@ from typing import TypeVar, overload
 import dagster as dg
 
 from resources.links import commit_entries, digest_entries
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.keys import FLOATING_TAG, VERIFIED_IMAGE
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.rollback import TagMove, VerifiedBuild

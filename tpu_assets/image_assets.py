@@ -13,11 +13,12 @@ import dagster as dg
 
 from resources.git import GitRemotes
 from resources.heartbeat import observe_start
-from resources.iris import IrisCli, JobSpec, JobState
+from resources.iris.cli import IrisCli, JobSpec
+from resources.iris.output import JobState
 from resources.links import commit_entries, digest_entries
 from resources.registry import ImageRef, Registry
 from resources.signing import AttestSigner
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from tpu_assets.keys import (
     CHECK_INSTALLED,
     CHECK_LAYERS,

@@ -7,7 +7,7 @@ and direct_url.json, and every probe's files (globs included), each layer blob o
 from __future__ import annotations
 
 from resources.registry import FileRead, GlobQuery, ImageScan, Registry
-from resources.site import Probe, TpuSection
+from resources.site.tpu import Probe, TpuSection
 from tpu_assets.keys import CHECK_INSTALLED, CHECK_LAYERS, CHECK_PROBES
 from tpu_assets.models import BuiltImage, Finding
 from tpu_assets.verify import (

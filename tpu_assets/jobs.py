@@ -9,7 +9,7 @@ import dagster as dg
 
 from resources.git import GitRemotes
 from resources.registry import Registry
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, IMAGE, SMOKE, VERIFIED_IMAGE
 from tpu_assets.promotion_policy import utc
 from tpu_assets.rejection import now_utc, rejection_op

@@ -5,7 +5,7 @@ from pydantic import Field
 
 from resources.errors import Refused
 from resources.git import GitRemotes
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from resources.uv import UvCli
 from tpu_assets.harbor_hold import hold_entries, read_hold
 from tpu_assets.history import BY, acted_by

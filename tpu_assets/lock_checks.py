@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from resources.errors import FileFormatError
-from resources.site import TpuSection
+from resources.site.tpu import TpuSection
 from resources.uv import UvLock
 from tpu_assets.dockerfile import find_pin, pin_variable
 from tpu_assets.models import Finding, HarborLock

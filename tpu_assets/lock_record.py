@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 
 from resources.links import commit_entries
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.models import HarborLock
 
 

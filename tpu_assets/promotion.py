@@ -14,7 +14,7 @@ import dagster as dg
 from resources.errors import LockstepError, Refused
 from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry, RegistryError, digest_of
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.history import tag_history, verified_history
 from tpu_assets.rollback import (
     NewestFirst,

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from resources.git import GitRemotes
 from resources.registry import ImageRef, Registry
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from resources.uv import UvCli, UvLock
 from tpu_assets.history import (
     FIRST_PAGE,

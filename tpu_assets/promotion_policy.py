@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from resources.model import Model
-from resources.site_promotion import FreezeWindow, PromotionSection
+from resources.site.promotion import FreezeWindow, PromotionSection
 from tpu_assets.promotion import PromotionRefused
 from tpu_assets.rollback import VerifiedBuild, VerifiedRecords, as_records
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from resources.attest import statement
-from resources.site import TpuSection
+from resources.site.tpu import TpuSection
 from tpu_assets.models import BuiltImage, Finding, SmokeResult
 
 CONSUMER_DEPENDENCY = "consumer"

@@ -18,7 +18,7 @@ from resources.reader import read_bytes, read_text
 from resources.git import GitInputRefused, GitRemotes, NamedRefs, Worktree
 from resources.names import PathEscape, under
 from resources.secrets import redact
-from resources.site import TpuSection
+from resources.site.tpu import TpuSection
 from resources.uv import GitSource, UvCli, UvLock
 from tpu_assets.dockerfile import find_pin, pin_variable, set_pin
 from tpu_assets.harbor_declaration import PYPROJECT, HarborDeclaration, read_declaration, read_pyproject

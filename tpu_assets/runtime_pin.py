@@ -19,7 +19,7 @@ from resources.atomic import write_atomic
 from resources.errors import FileFormatError, LockstepError
 from resources.git import SHA_RE, GitRemotes, NamedRefs, Worktree
 from resources.secrets import redact
-from resources.site import TpuSection
+from resources.site.tpu import TpuSection
 from resources.uv import UvCli
 from tpu_assets.dockerfile import find_pin, pin_variable, set_pin
 from tpu_assets.harbor_declaration import PYPROJECT, set_declared_ref

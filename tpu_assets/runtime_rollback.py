@@ -17,7 +17,7 @@ import dagster as dg
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from resources.uv import UvCli, UvLock
 from tpu_assets.harbor_hold import hold_entries
 from tpu_assets.history import tag_history, verified_history

@@ -39,7 +39,7 @@ from resources.git import GitRemotes
 from resources.model import Model
 from resources.registry import ImageRef, Registry
 from resources.secrets import redact
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.harbor_hold import read_hold
 from tpu_assets.history import TagHistory, tag_history, verified_history
 from tpu_assets.keys import HARBOR_LOCK, STATUS

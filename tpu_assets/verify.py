@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from resources.model import Model
 from resources.registry import Manifest
-from resources.site import Probe
+from resources.site.tpu import Probe
 from tpu_assets.models import Finding, HarborPin
 
 

@@ -32,7 +32,7 @@ def preflight(site_file: Path | None, as_json: bool, timeout_s: float | None) ->
     from lockstep.preflight.findings import render_json, render_text
     from lockstep.preflight.run import run_preflight
     from resources.errors import LockstepError
-    from resources.site import load_site
+    from resources.site.load import load_site
 
     try:
         if site_file is not None and not site_file.is_file():

@@ -15,7 +15,8 @@ from lockstep.preflight.findings import Finding, Section, fail, ok, site_where, 
 from resources.errors import FileFormatError, decode_utf8
 from resources.git import GitError, GitRemotes, NamedRefs
 from resources.secrets import redact
-from resources.site import SiteConfig, TpuSection
+from resources.site.schema import SiteConfig
+from resources.site.tpu import TpuSection
 from tpu_assets.build_script import ScriptFinding, check_build_script
 from tpu_assets.dockerfile import find_pin, pin_variable
 from tpu_assets.models import HarborPin

@@ -15,10 +15,12 @@ import shutil
 from pathlib import Path
 
 from lockstep.preflight.findings import Finding, Section, fail, ok, site_where
-from resources.iris import ClientTooOld, IrisCli, IrisError, MissingCapability, iris_for
+from resources.iris.capabilities import ClientTooOld, MissingCapability
+from resources.iris.cli import IrisCli, iris_for
+from resources.iris.output import IrisError
 from resources.kaniko import KanikoSettings, kaniko_job
 from resources.registry import ImageRef
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.build import DOCKER_HUB_PAT
 
 AREA = "iris"

@@ -14,7 +14,8 @@ import shlex
 from collections.abc import Callable
 
 from lockstep.preflight.findings import Finding, Section, fail, ok
-from resources.site import SiteConfig, SparkNode
+from resources.site.schema import SiteConfig
+from resources.site.spark import SparkNode
 from resources.spark import HostKeyRefused, SparkError, SparkNodes, Unreachable, spark_for
 from resources.spark.results import RunResult
 

@@ -12,7 +12,7 @@ import os
 
 from lockstep.preflight.findings import Section, fail, ok, site_where
 from resources.registry import HttpRegistry, ImageRef, registry_for
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 
 AREA = "registry"
 

@@ -20,7 +20,7 @@ from lockstep.preflight.findings import Area, Report, Section, build_report, fai
 from resources.git import git_for
 from resources.model import Model
 from resources.secrets import secret_values
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 
 Check = tuple[str, Callable[[], list[Section]]]
 

@@ -10,7 +10,7 @@ from resources.registry.base import Registry
 from resources.registry.refs import ImageRef
 
 if TYPE_CHECKING:
-    from resources.site import SiteConfig
+    from resources.site.schema import SiteConfig
 
 
 def registry_for(site: SiteConfig, *, env_vars: bool = False) -> Registry:

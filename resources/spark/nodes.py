@@ -19,7 +19,8 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from resources.errors import LockstepError
 from resources.secrets import redact_argv
-from resources.site import SiteConfig, SparkNode
+from resources.site.schema import SiteConfig
+from resources.site.spark import SparkNode
 from resources.spark.results import (
     ConnectionLost,
     DetachedHandle,

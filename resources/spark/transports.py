@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from resources.secrets import redact, secret_values
-from resources.site import SparkNode
+from resources.site.spark import SparkNode
 from resources.spark.results import ConnectionLost, HostKeyRefused, SparkError, Unreachable
 
 if TYPE_CHECKING:

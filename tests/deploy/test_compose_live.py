@@ -36,14 +36,14 @@ from cryptography.hazmat.primitives import serialization
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from resources.registry import ImageRef, registry_for
-from resources.site import load_site
+from resources.site.load import load_site
 from sqlalchemy.pool import NullPool
 from sandbox.engines import Engine
 from sandbox.processes import command_lines
 from sandbox.world import CONSUMER_BRANCH, HARBOR_BRANCH, SANDBOX_ATTEST_KEY_ENV, SANDBOX_TOKEN_ENV, Sandbox, advance_harbor, up
 from tests.support.canary_scan import Canary, attest_key_canary, scan
 from tests.conftest import stop_sandbox
-from resources.site_reload import COMPOSE_RESTART
+from resources.site.reload import COMPOSE_RESTART
 from tests.support.deploy.compose_stack import (
     REPO, Stack, compose_binary, container_env, start_stack, stop_stack, wait_for_webserver,
 )

@@ -22,7 +22,7 @@ from lockstep.deploy_env import (
     with_dotenv_secrets,
     with_env_vars,
 )
-from resources.site import site_names_only
+from resources.site.load import site_names_only
 from tests.support.site_example import EXAMPLE
 
 REPO = Path(__file__).resolve().parents[2]

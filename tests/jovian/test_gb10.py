@@ -16,7 +16,7 @@ from jovian_assets.gb10 import (
 )
 from jovian_assets.node_build import CHECKSUM_LABEL, label_finding
 from resources.errors import FileFormatError
-from resources.site_jovian import SM12X_PATCHES
+from resources.site.jovian import SM12X_PATCHES
 from sandbox import patch_cuda_sm12x
 from sandbox.jovian_sources import GB10_DEVIATIONS, recipe_toml
 

@@ -11,7 +11,7 @@ import pytest
 
 from jovian_assets.revs import lab_locks
 from resources.git import GitError, GitRemotes
-from resources.site_jovian import JovianSection
+from resources.site.jovian import JovianSection
 
 LOCK_DIR = "models/glm-5.3-flash/build"
 SHA = "a" * 40

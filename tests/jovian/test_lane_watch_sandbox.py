@@ -17,7 +17,7 @@ from jovian_assets.node_assets import DISTRIBUTED
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
 from lockstep.status_model import Status, render, short
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.world import Sandbox, up
 from sensors.lane_watch import build_lane_watch_sensor

@@ -13,7 +13,7 @@ from jovian_assets.models import BranchTip, DepTree, ForkCut, PackageCut
 from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement
 from jovian_assets.source_lock import parse_source_lock
 from resources.errors import FileFormatError
-from resources.site_jovian import DEFAULT_REPOSITORY_KEYS
+from resources.site.jovian import DEFAULT_REPOSITORY_KEYS
 from tests.support.jovian.source_lock import R35_PATH
 
 GOOD_RECIPE = '''name = "glm53-2x"

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from resources.errors import FileFormatError, LockstepError
-from resources.iris_output import parse_state_output
+from resources.iris.output import parse_state_output
 from resources.names import check_name, check_ref, check_relative_path, check_url
 from resources.reader import read_text
-from resources.site import load_site
-from resources.site_rules import check_oci_tag
+from resources.site.load import load_site
+from resources.site.rules import check_oci_tag
 from resources.uv import UvLock
 from tests.support.hostile import HOSTILE_NAMES, HOSTILE_URLS
 from tpu_assets.dockerfile import find_pin

@@ -20,7 +20,7 @@ from resources.heartbeat import (
     duration,
     heartbeat_line,
 )
-from resources.site import load_site
+from resources.site.load import load_site
 from resources.spark import DetachedHandle, DetachedState, SparkNodes
 from tests.support.site_text import GOOD
 

@@ -18,18 +18,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from resources import iris as iris_module
-from resources.iris import (
-    ClientTooOld,
-    IrisCli,
-    IrisError,
-    JobAlreadyRunning,
-    JobReplaced,
-    JobSpec,
-    JobState,
-    MissingCapability,
-)
-from resources.iris_output import (
+from resources.iris import cli as iris_module
+from resources.iris.capabilities import ClientTooOld, MissingCapability
+from resources.iris.cli import IrisCli, JobAlreadyRunning, JobReplaced, JobSpec
+from resources.iris.output import IrisError, JobState
+from resources.iris.output import (
     help_commands,
     help_options,
     parse_list_text,

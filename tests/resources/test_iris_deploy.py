@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from resources.iris import IrisCli, IrisError, IrisNotDeployed, JobSpec
-from resources.iris_deploy import check_iris_setup
+from resources.iris.cli import IrisCli, JobSpec
+from resources.iris.output import IrisError
+from resources.iris.deploy import IrisNotDeployed
+from resources.iris.deploy import check_iris_setup
 
 
 @pytest.fixture

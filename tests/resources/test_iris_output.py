@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from resources.iris import IrisCli
-from resources.iris_output import IrisUnreadable, JobState, parse_state_json, parse_state_text
+from resources.iris.cli import IrisCli
+from resources.iris.output import IrisUnreadable, JobState, parse_state_json, parse_state_text
 
 STATE = "Job: /u/j (j)\nState: {state}  exit={exit}  failures={failures}  preemptions=0\nTasks: 0/1 completed\n"
 

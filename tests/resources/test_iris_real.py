@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from resources.iris import ClientTooOld, IrisCli, JobSpec, JobState, MissingCapability
+from resources.iris.capabilities import ClientTooOld, MissingCapability
+from resources.iris.cli import IrisCli, JobSpec
+from resources.iris.output import JobState
 from tests.support.servers import log_tail, stop_process, wait_until_ready
 
 pytestmark = pytest.mark.heavy(150)  # seconds, about: the order parallel workers take modules in

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from resources.errors import LockstepError
-from resources.iris import IrisCli
+from resources.iris.cli import IrisCli
 from resources.kaniko import (
     BUILD_COMMAND,
     KanikoError,

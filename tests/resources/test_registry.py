@@ -38,7 +38,7 @@ from resources.registry import (
     registry_for,
     transport,
 )
-from resources.site import load_site
+from resources.site.load import load_site
 from tests.support.images import (
     Layer,
     d,

@@ -34,7 +34,7 @@ from resources.registry import (
     transport,
 )
 from resources.registry.transport import retry_after_s
-from resources.site import Probe, TpuSection
+from resources.site.tpu import Probe, TpuSection
 from tests.support.images import (
     Layer,
     f,

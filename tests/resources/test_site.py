@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from resources.errors import FileFormatError, LockstepError
-from resources.site import SITE_ENV, load_site
+from resources.site.load import SITE_ENV, load_site
 from tests.support.site_text import GOOD, write
 
 
@@ -167,6 +167,6 @@ def test_a_credential_in_a_refused_url_is_not_echoed(tmp_path: Path) -> None:
 def test_a_size_the_site_accepts_is_one_iris_reads_the_same_way(size: str) -> None:
     # iris parses --memory/--disk with humanfriendly.parse_size(binary=True) (cluster/types.py).
     humanfriendly = pytest.importorskip("humanfriendly")
-    from resources.site_rules import size_bytes
+    from resources.site.rules import size_bytes
 
     assert size_bytes("memory", size) == humanfriendly.parse_size(size, binary=True)

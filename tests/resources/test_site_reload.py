@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from resources.site import SiteChanged, load_site, site_resource
-from resources.site_cache import SiteCache
-from resources.site_reload import COMPOSE_RESTART, reload_advice
+from resources.site.resource import SiteChanged, site_resource
+from resources.site.load import load_site
+from resources.site.cache import SiteCache
+from resources.site.reload import COMPOSE_RESTART, reload_advice
 from tests.support.site_example import EXAMPLE_KEY, example_site
 
 

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import tomli_w
 
-from resources.site_check import site_schema
+from resources.site.check import site_schema
 from sandbox.layout import Sandbox
 from sandbox.world import site_config
 from tests.support.site_example import EXAMPLE

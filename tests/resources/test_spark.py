@@ -22,7 +22,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from resources.site import load_site
+from resources.site.load import load_site
 from resources.spark import (
     ConnectionLost,
     DetachedHandle,

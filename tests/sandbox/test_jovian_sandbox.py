@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from lockstep.cli import main
 from resources.errors import LockstepError
 from resources.git import git_for
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox.jovian_sources import LOCK_FORMAT, parse_lock
 from sandbox.jovian_world import PACKAGES, REPOS, JovianRepos, lock_path, new_lab_rev
 from sandbox.processes import command_lines

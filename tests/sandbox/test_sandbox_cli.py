@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main
-from resources.site import load_site
+from resources.site.load import load_site
 from resources.uv import UvLock
 from sandbox.harbor_source import BUG, FIX, GUARD
 from sandbox.teardown import stop_sandbox

@@ -22,9 +22,10 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main
-from resources.iris import IrisCli, JobState
+from resources.iris.cli import IrisCli
+from resources.iris.output import JobState
 from resources.kaniko import KanikoSettings, kaniko_job
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox.consumer_source import build_script
 from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.fake_iris import install_fake_iris, job_dir, stop_all

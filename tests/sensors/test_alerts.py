@@ -19,7 +19,7 @@ import dagster as dg
 import pytest
 
 from resources.alerts import Alert, AlertNotDelivered, deliver
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox.world import HARBOR_BRANCH, Sandbox
 from tests.support.alerts import HOOK_ENV, SECRET_PATH, Receiver, Ticker, with_webhook
 from tpu_assets.harbor_hold import hold_entries
@@ -226,7 +226,7 @@ def test_a_failed_non_blocking_error_check_is_a_check_failure_and_a_failed_warn_
     """Its run succeeds (nothing fails it), so without an alert of its own nobody would hear of it."""
     from resources.alerts import check_warned_alert
     from tpu_assets.alert_events import alert_for
-    from resources.site_alerts import AlertsSection
+    from resources.site.alerts import AlertsSection
 
     @dg.asset(check_specs=[dg.AssetCheckSpec("size_sane", asset="thing"), dg.AssetCheckSpec("looks_old", asset="thing")])
     def thing() -> dg.MaterializeResult:

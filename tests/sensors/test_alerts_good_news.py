@@ -22,7 +22,7 @@ from jovian_assets.bench_assets import BENCH
 from tpu_assets.alert_events import BENCH_REPORT, HARBOR_LOCK, alert_for, rev_adopted_alert
 from tpu_assets.alert_events import BUILD_PROFILE as ALERTS_BUILD_PROFILE
 from resources.changelog import ChangeCommit, CommitRange, changelog_metadata
-from resources.site_alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
+from resources.site.alerts import ALL_KINDS, BAD_NEWS, GOOD_NEWS, AlertsSection, Webhook
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import Sandbox
 from tests.support.alerts import SANDBOX_ALERTS, Receiver, Ticker

@@ -14,7 +14,7 @@ from jovian_assets.keys import LANE
 from jovian_assets.lane import lane_record
 from jovian_assets.models import ServedImage
 from lockstep.status_model import ConsumerLock, LaneFacts, Status, TpuFacts, mismatch_warnings, render
-from resources.site_jovian import LaneSection
+from resources.site.jovian import LaneSection
 from resources.spark import RunResult, SparkError, SparkNodes, Unreachable
 from sensors.lane_watch import container_name, live_observation, seen_hash, seen_on, watch
 from tpu_assets.status import lane_facts

@@ -8,7 +8,7 @@ import dagster as dg
 import git
 
 from resources.registry import ImageRef, registry_for
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox.world import Sandbox, advance_harbor
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE

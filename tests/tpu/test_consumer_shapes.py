@@ -16,7 +16,7 @@ import git
 import pytest
 
 from resources.git import NamedRefs
-from resources.site import TpuSection
+from resources.site.tpu import TpuSection
 from resources.uv import UvCli
 from sandbox.consumer_source import CONSUMER_SHAPES, ConsumerShape
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor, up

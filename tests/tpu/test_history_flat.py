@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 
 from resources.git import GitRemotes
-from resources.site_promotion import PromotionSection
+from resources.site.promotion import PromotionSection
 from tests.support.postgres_server import running_postgres
 from tests.support.tpu import history_fill as hf
 from tpu_assets.history import (

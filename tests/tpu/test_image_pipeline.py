@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.cli import main as lockstep_cli
-from resources.iris import iris_for
+from resources.iris.cli import iris_for
 from resources.registry import HttpRegistry
-from resources.site import SITE_ENV, load_site
+from resources.site.load import SITE_ENV, load_site
 from resources.uv import UvCli
 from sandbox.world import (
     SANDBOX_TOKEN_ENV,

@@ -18,7 +18,7 @@ import git
 import pytest
 
 from resources.registry import ImageRef, registry_for
-from resources.site import load_site
+from resources.site.load import load_site
 from resources.uv import UvCli
 from sandbox.engines import Engine, engine_dirs
 from sandbox.fake_kaniko import SKIP_UNUSED_STAGES_WARNING

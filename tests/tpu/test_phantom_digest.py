@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 
 from resources.registry import HttpRegistry
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from tests.support.registry_proxy import Fault, RegistryProxy
 from tests.support.registry_server import RegistryServer
 from tests.support.report import count

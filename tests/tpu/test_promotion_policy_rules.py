@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from resources.site_promotion import FreezeWindow, PromotionSection
+from resources.site.promotion import FreezeWindow, PromotionSection
 from tpu_assets.promotion_policy import (
     PolicyRefused,
     Rejection,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from resources.errors import FileFormatError
-from resources.site import TpuSection
+from resources.site.tpu import TpuSection
 from tests.support.uv_lock import LOCK
 from tpu_assets.relock import read_state
 

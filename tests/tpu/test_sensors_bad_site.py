@@ -8,7 +8,7 @@ import dagster as dg
 
 from resources.git import GitRemotes
 from resources.registry import LayoutRegistry
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from tpu_assets.definitions import consumer_rebuild_sensor, defs, harbor_sensor
 from tpu_assets.history import VERIFIED_IMAGE
 

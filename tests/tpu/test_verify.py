@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from resources.registry import Descriptor, Manifest
-from resources.site import HARBOR_GUARD_PROBE, Probe
+from resources.site.tpu import HARBOR_GUARD_PROBE, Probe
 from sandbox.harbor_source import apply_fix, job_py
 from tpu_assets.models import HarborPin
 from tpu_assets.verify import installed_matches_lock, layers_pullable, parse_installed, run_probe

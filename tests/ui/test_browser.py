@@ -38,7 +38,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from jovian_assets.definitions import defs as jovian_defs
 from resources.registry import ImageRef, registry_for
 from resources.secrets import redact
-from resources.site import load_site
+from resources.site.load import load_site
 from sandbox.jovian_world import JovianRepos
 from sandbox.world import CONSUMER_BRANCH, advance_harbor
 from tests.support.ui.dagster_dev import ROOT, Demo

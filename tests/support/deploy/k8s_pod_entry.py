@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     )
     from jovian_assets.definitions import defs
     from jovian_assets.node_build import stage_build_dir
-    from resources.site import load_site
+    from resources.site.load import load_site
 
     instance = dg.DagsterInstance.get()
     # Partitions live in the instance's database (Postgres on Kubernetes), not on the shared volume.

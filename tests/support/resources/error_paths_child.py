@@ -25,7 +25,7 @@ CLIENT_LIBRARIES = ("requests", "urllib3", "paramiko", "git")
 print(json.dumps({"preloaded": [m for m in CLIENT_LIBRARIES if m in sys.modules]}), flush=True)
 
 from resources.git import GitRemotes  # noqa: E402  (after the load: what a run's resources build)
-from resources.iris import IrisCli  # noqa: E402
+from resources.iris.cli import IrisCli  # noqa: E402
 from resources.registry import HttpRegistry  # noqa: E402
 from resources.spark import SparkNodes  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from resources.registry import ImageRef
-from resources.site import site_at_load
+from resources.site.load import site_at_load
 from tests.support.tpu.registries import ARM_ENV, HeldAfterPut
 from tpu_assets.definitions import build_defs
 from tpu_assets.promotion_assets import promote_tpu

@@ -33,7 +33,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster_shared.serdes import deserialize_value, serialize_value
 
 from resources.links import commit_entries, digest_entries
-from resources.site import SiteConfig
+from resources.site.schema import SiteConfig
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, move_metadata
 from tpu_assets.partitions import tpu_builds
 from tpu_assets.rejection_assets import rejection_observation

@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import BaseModel
 
-from resources.site import SiteResource
+from resources.site.resource import SiteResource
 from sandbox.world import Sandbox
 from tests.conftest import sandbox_resources
 from tests.support.runs import failure_message, materialize

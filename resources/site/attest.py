@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from resources.errors import FileFormatError
-from resources.site_fields import Table, site_relative
+from resources.site.fields import Table, site_relative
 from resources.tomlfile import key_line
 
 # The key parsers (resources.attest, and cryptography behind it) load when a site names a trusted key.
 if TYPE_CHECKING:
     from resources.attest import TrustedKey
-    from resources.site import SiteConfig
 
 _PEM = "-----BEGIN"
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -55,13 +54,10 @@ class AttestSection(Table):
         return value
 
 
-def trusted_keys(site: SiteConfig) -> list[TrustedKey]:
-    """The keys `[attest] trusted_keys` names, read and checked; FileFormatError names the site file's line."""
-    assert site.attest is not None
-    keys, problems = read_trusted_keys(site.attest, site.path)
-    if problems:
-        raise problems[0]
-    return keys
+def key_files(attest: AttestSection, site_path: Path) -> list[Path]:
+    """The key files `attest` names (paths relative to the site file at `site_path`): what a load reads."""
+    # An inline PEM key is part of the site file itself; every other entry is a key file.
+    return [site_relative(site_path, e.strip()) for e in attest.trusted_keys if not e.strip().startswith(_PEM)]
 
 
 def read_trusted_keys(attest: AttestSection, site_path: Path) -> tuple[list[TrustedKey], list[FileFormatError]]:

@@ -10,8 +10,8 @@ history up to 2dfb07943 of 2026-08-22):
 ``job cancel`` replaced ``kill``/``stop`` on 2026-08-20; ``--no-sync`` arrived 2026-06-24. The
 controller refuses clients more than 14 days older than itself, so no site keeps an old binary for
 long, and none can be assumed either: the adapter reads the installed binary's own help once per
-process (`IrisCapabilities`) and speaks what it finds. Parsers of what the CLI prints live in
-`resources.iris_output`.
+process (resources/iris/capabilities.py) and speaks what it finds. Parsers of what the CLI prints
+live in resources/iris/output.py.
 """
 
 from __future__ import annotations
@@ -29,24 +29,28 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field, model_validator
 
 from resources.errors import LockstepError
 from resources.heartbeat import TAIL_LINES, Heartbeat
-from resources.iris_deploy import IrisNotDeployed, check_iris_setup
-from resources.iris_output import (
+from resources.iris.capabilities import (
+    ClientTooOld,
+    IrisCapabilities,
+    MissingCapability,
+    check_run,
+    learn,
+)
+from resources.iris.deploy import check_iris_setup
+from resources.iris.output import (
     TERMINAL,
     IrisError,
     IrisUnreadable,
     JobState,
     JobSummary,
     ListedJob,
-    TaskRow,
-    help_commands,
-    help_options,
     log_text,
     parse_list_text,
     parse_state_output,
@@ -56,22 +60,7 @@ from resources.names import IRIS_NAME
 from resources.secrets import MASK, redact, redact_argv
 
 if TYPE_CHECKING:
-    from resources.site import SiteConfig
-
-__all__ = [
-    "TERMINAL", "ClientTooOld", "IrisCapabilities", "IrisCli", "IrisError", "IrisNotDeployed",
-    "JobAlreadyRunning", "JobLog", "JobReplaced", "JobSpec", "JobState", "JobSummary", "ListedJob",
-    "MissingCapability", "Submission", "TaskRow", "iris_for",
-]  # fmt: skip
-
-
-class ClientTooOld(IrisError):
-    """The cluster's controller refuses this iris CLI: it is more than 14 days older than the controller."""
-
-
-class MissingCapability(IrisError):
-    """The installed iris lacks a command or option lockstep needs; nothing was submitted."""
-
+    from resources.site.schema import SiteConfig
 
 class JobAlreadyRunning(IrisError):
     """A job of this name is still running on the cluster; lockstep submitted nothing."""
@@ -81,14 +70,6 @@ class JobReplaced(IrisError):
     """The job under lockstep's id is another submission of the same name, not the one lockstep made."""
 
 
-# When the options lockstep uses first appeared (cli/job.py history), for the "upgrade" message.
-_SINCE = {
-    "--task-image": "2026-06-15 (4e1fa6a5d)",
-    "--no-sync": "2026-06-24 (cdcc96653)",
-    "describe": "2026-08-20 (43ea65e00)",
-    "cancel": "2026-08-20 (43ea65e00)",
-    "wait": "2026-07-27 (a91eaf519)",
-}
 _NOT_FOUND = re.compile(r"NOT_FOUND|not found|No job named", re.I)
 _ALREADY = re.compile(r"ALREADY_EXISTS|already exists", re.I)
 _TOO_OLD = re.compile(r"client is too old", re.I)
@@ -100,37 +81,6 @@ LOG_MAX_LINES = 100_000
 def _sleep(seconds: float) -> None:
     """time.sleep, kept behind a name so tests can watch the backoff without waiting it out."""
     time.sleep(seconds)
-
-
-class IrisCapabilities(Model):
-    """What one installed iris binary offers, read from its own help screens."""
-
-    job_commands: frozenset[str]
-    run_options: frozenset[str]
-    summary_json: bool = False
-    kill_exact: bool = Field(default=False, description="`job kill` matches ids exactly (2026-07-21+), not by prefix.")
-
-    @property
-    def state_command(self) -> Literal["describe", "summary"] | None:
-        if "describe" in self.job_commands:
-            return "describe"
-        return "summary" if "summary" in self.job_commands else None
-
-    @property
-    def cancel_command(self) -> Literal["cancel", "kill", "stop"] | None:
-        for name in ("cancel", "kill", "stop"):
-            if name in self.job_commands:
-                return name  # type: ignore[return-value]
-        return None
-
-    @property
-    def contract(self) -> str:
-        """The iris generation, named by the month its CLI shape appeared in Marin's `cli/job.py`."""
-        if self.state_command == "describe":
-            return "2026-08+ (describe, cancel, wait)"
-        if self.summary_json:
-            return "2026-04..07 (summary --json, kill)"
-        return "2026-07 (summary text, kill)"
 
 
 _CAPABILITIES: dict[tuple[str, ...], IrisCapabilities] = {}
@@ -373,34 +323,14 @@ class IrisCli(dg.ConfigurableResource):
             stamp = "?"
         key = (self.binary, stamp)
         if key not in _CAPABILITIES:
-            commands = help_commands(self._help("job"))
-            run = help_options(self._help("job", "run")) if "run" in commands else frozenset()
-            json_summary = "summary" in commands and "describe" not in commands and \
-                "--json" in help_options(self._help("job", "summary"))
-            kill_exact = "kill" in commands and "--exact" in help_options(self._help("job", "kill"))
-            _CAPABILITIES[key] = IrisCapabilities(job_commands=commands, run_options=run, summary_json=json_summary,
-                                                  kill_exact=kill_exact)  # fmt: skip
+            _CAPABILITIES[key] = learn(self._help)
         return _CAPABILITIES[key]
 
     def require(self, *, spec: JobSpec) -> IrisCapabilities:
         """The binary's capabilities, or MissingCapability naming what `spec` needs that it lacks (nothing run)."""
         caps = self.capabilities()
-        if "run" not in caps.job_commands:
-            raise MissingCapability(f"`{self.binary} job` has no `run` command (it has: {', '.join(sorted(caps.job_commands))})")
-        if caps.state_command is None:
-            raise MissingCapability(f"`{self.binary} job` has neither `describe` nor `summary`: lockstep cannot read "
-                                    "a job's state with it; upgrade marin-iris")  # fmt: skip
         used = [a for a in self._render(spec, lambda key, var: MASK) if a.startswith("--") and a != "--"]
-        missing = [o for o in used if o not in caps.run_options and not o.startswith(("--cluster=", "--config=",
-                                                                                        "--controller-url="))]
-        if missing:
-            since = "; ".join(f"{o} arrived in iris on {_SINCE[o]}" for o in missing if o in _SINCE)
-            why = (" Without --no-sync the worker would `uv sync` the bundled workspace inside the task image "
-                   "instead of running it as it is." if "--no-sync" in missing else "")
-            raise MissingCapability(
-                f"the iris CLI at {self.binary} ({caps.contract}) has no {', '.join(missing)} for `job run`"
-                f"{f' ({since})' if since else ''}.{why} Upgrade marin-iris; nothing was submitted"
-            )
+        check_run(caps, binary=self.binary, used=used)
         return caps
 
     # ---- jobs ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The site file's building blocks: the strict table base, and outside names as checked field types.
 
-Shared by resources/site.py and resources/site_jovian.py (each key is checked by its kind's rule in
+Shared by the table modules of resources/site/ (each key is checked by its kind's rule in
 resources/names.py, so a bad value fails at load with the file, line and value).
 """
 
@@ -10,7 +10,7 @@ import re
 import string
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from dagster._core.definitions.utils import is_valid_owner
 from pydantic import AfterValidator, ConfigDict, field_validator
@@ -51,6 +51,18 @@ def check_owners(value: list[str]) -> list[str]:
 
 
 Owners = Annotated[list[str], AfterValidator(check_owners)]
+
+
+class LocationSection(Table):
+    """A table that configures one code location, named as the location is ([tpu], [jovian]).
+
+    Each declares its own `owners` key (where it sits among the table's keys is the table's, so it is not
+    a field of this base); `REPOSITORY_KEYS` name its keys that hold repository URLs.
+    """
+
+    REPOSITORY_KEYS: ClassVar[tuple[str, ...]] = ()
+    if TYPE_CHECKING:
+        owners: list[str] | None
 
 
 def repo_url(value: str) -> str:

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, HttpUrl, model_validator
 
-from resources.site_fields import Table
-from resources.site_rules import KeyRefused, refuse
+from resources.site.fields import Table
+from resources.site.rules import KeyRefused, refuse
 
 AlertKind = Literal["run_failure", "check_failure", "hold", "tag_moved", "branch_gone",
                     "promotion", "rollback", "verified_build_waiting", "rev_adopted", "bench_filed", "check_warned"]

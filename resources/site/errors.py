@@ -20,7 +20,7 @@ from resources.errors import FileFormatError
 from resources.model import Model
 from resources.names import NameRefused
 from resources.secrets import redact
-from resources.site_rules import KeyRefused
+from resources.site.rules import KeyRefused
 from resources.tomlfile import SECRET_KEY, key_line
 
 # One pydantic error, as `ValidationError.errors()` lists them.

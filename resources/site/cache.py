@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    from resources.site import SiteConfig
-
+Config = TypeVar("Config")
 Stamp = tuple[int, int, int, int, int]
 
 
@@ -29,7 +27,7 @@ def stamp_of(path: Path) -> Stamp | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-class SiteCache:
+class SiteCache(Generic[Config]):
     """Site configs by path, each kept with the stamps of the files its load read (the site file and
     its trusted key files), so an edit of any of them is read on the next load.
 
@@ -44,16 +42,9 @@ class SiteCache:
 
     def __init__(self) -> None:
         # path -> (the key files it names, the stamps of the site file and of each, the config)
-        self._entries: dict[str, tuple[list[Path], tuple[Stamp | None, ...], SiteConfig]] = {}
+        self._entries: dict[str, tuple[list[Path], tuple[Stamp | None, ...], Config]] = {}
 
-    @staticmethod
-    def _deps(config: SiteConfig) -> list[Path]:
-        if config.attest is None:
-            return []
-        # An inline PEM key is part of the site file itself; every other entry is a key file the load read.
-        return [config.resolve_path(e.strip()) for e in config.attest.trusted_keys if not e.strip().startswith("-----BEGIN")]
-
-    def get(self, path: Path, stamp: Stamp) -> SiteConfig | None:
+    def get(self, path: Path, stamp: Stamp) -> Config | None:
         """The config read from `path` when it had `stamp`, if its key files are unchanged too."""
         entry = self._entries.get(os.path.abspath(path))
         if entry is None or entry[1][0] != stamp:
@@ -61,9 +52,9 @@ class SiteCache:
         deps, stamps, config = entry
         return config if tuple(stamp_of(p) for p in deps) == stamps[1:] else None
 
-    def put(self, path: Path, stamp: Stamp, config: SiteConfig, started_ns: int) -> None:
-        """Keep `config`, read from `path` (which had `stamp`) by a load that started at `started_ns`."""
-        deps = self._deps(config)
+    def put(self, path: Path, stamp: Stamp, config: Config, started_ns: int, deps: list[Path]) -> None:
+        """Keep `config`, read from `path` (which had `stamp`) by a load that started at `started_ns`;
+        `deps` are the other files that load read (the trusted key files)."""
         stamps = (stamp, *(stamp_of(p) for p in deps))
         newest = max(t for s in stamps if s is not None for t in s[3:])
         if newest >= started_ns - self.SETTLED_NS:

@@ -1,19 +1,20 @@
 """The site file's ``[jovian]`` tables: the lab's locks, the build repo and its lineages, boot gates, the lane.
 
-Split from resources/site.py by concern; SiteConfig there holds a `JovianSection`.
+SiteConfig (resources/site/schema.py) holds a `JovianSection`: the jovian code location's table.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
 from resources.names import check_name, check_relative_path
-from resources.site_fields import (
+from resources.site.fields import (
     Branch,
+    LocationSection,
     NodeName,
     Owners,
     PackageName,
@@ -22,7 +23,7 @@ from resources.site_fields import (
     checked,
     placeholders,
 )
-from resources.site_rules import KeyRefused, check_env_key, check_local_image_tag, refuse
+from resources.site.rules import KeyRefused, check_env_key, check_local_image_tag, refuse
 
 DEFAULT_VERSIONS_KEYS = {
     "vllm.commit": "VLLM_COMMIT", "vllm.tree": "VLLM_TREE", "vllm.version": "VLLM_PRETEND_VERSION",
@@ -52,8 +53,10 @@ class Lineage(Table):
     from_rev: Annotated[str, checked(check_name, "lineage from_rev")] = Field(description="The first rev of the lineage.")
 
 
-class JovianSection(Table):
+class JovianSection(LocationSection):
     """``[jovian]``: the lab's source locks, the engine forks they pin, and the build repo that adopts them."""
+
+    REPOSITORY_KEYS: ClassVar[tuple[str, ...]] = ("lab_repo", "build_repo")
 
     lab_repo: RepoUrl
     lab_branch: Branch = "master"

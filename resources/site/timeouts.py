@@ -15,8 +15,8 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from resources.heartbeat import DEFAULT_EVERY_S, MAX_EVERY_S
-from resources.site_fields import Table
-from resources.site_rules import KeyRefused
+from resources.site.fields import Table
+from resources.site.rules import KeyRefused
 
 # Dagster kills a sensor evaluation that runs for 60 s; a tick should end well before, with a skip reason.
 DAGSTER_SENSOR_LIMIT_S = 60.0

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from resources.iris_output import IrisError
+from resources.iris.output import IrisError
 
 DEPLOYMENT_ENV = "LOCKSTEP_DEPLOYMENT"
 Deployment = Literal["compose", "kubernetes"]

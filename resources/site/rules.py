@@ -43,12 +43,12 @@ def refuse(problems: Sequence[KeyRefused]) -> None:
 
 
 def repository_urls(tables: Mapping[str, Any]) -> dict[tuple[str, ...], str]:
-    """Every repository URL the site's `tables` name (as [tpu] and [jovian] models), by (table, key)."""
+    """Every repository URL the site's `tables` name (each location table's REPOSITORY_KEYS), by
+    (table, key), in the order of `tables`."""
     urls: dict[tuple[str, ...], str] = {}
-    if (tpu := tables.get("tpu")) is not None:
-        urls |= {("tpu", "harbor_repo"): tpu.harbor_repo, ("tpu", "consumer_repo"): tpu.consumer_repo}
-    if (jovian := tables.get("jovian")) is not None:
-        urls |= {("jovian", "lab_repo"): jovian.lab_repo, ("jovian", "build_repo"): jovian.build_repo}
+    for name, table in tables.items():
+        for key in getattr(type(table), "REPOSITORY_KEYS", ()):
+            urls[(name, key)] = getattr(table, key)
     return urls
 
 

@@ -15,8 +15,8 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, model_validator
 
 from resources.names import NameRefused
-from resources.site_fields import Table, checked
-from resources.site_rules import KeyRefused, refuse
+from resources.site.fields import Table, checked
+from resources.site.rules import KeyRefused, refuse
 
 # A window may recur at most this often and last at most this long: past that it is a typo
 # (a year-long weekly freeze), and the walk that finds a chained window's end stays short.
