@@ -24,7 +24,7 @@ from resources.site.schema import SiteConfig
 # What every run needs besides the site's secrets, in the order deploy/docker/dagster.yaml lists them:
 # the instance's Postgres (dagster.yaml `storage:` reads these), where the site and the git mirrors are,
 # how git reaches its remotes, which deployment this is (the "site changed" advice,
-# resources/site_reload.py), and the iris cluster's credentials.
+# resources/site/reload.py), and the iris cluster's credentials.
 FIXED_RUN_ENV: tuple[str, ...] = (
     "DAGSTER_POSTGRES_USER",
     "DAGSTER_POSTGRES_PASSWORD",

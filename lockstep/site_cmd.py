@@ -1,6 +1,6 @@
 """`lockstep site`: check a site file (every error at once, with its line) and print its JSON Schema.
 
-The logic is resources/site_check.py's; this module only reads arguments and prints.
+The logic is resources/site/check.py's; this module only reads arguments and prints.
 """
 
 from __future__ import annotations

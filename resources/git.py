@@ -122,8 +122,9 @@ class GitRemotes(dg.ConfigurableResource):
 
     cache_dir: str = Field(default="", description="Mirror cache; empty: $LOCKSTEP_CACHE/git or ~/.cache/lockstep/git.")
     timeout_s: float = Field(default=300.0, gt=0, description="Every git call is killed after this.")
-    # The network deadlines ([timeouts] in the site, see resources/site_timeouts.py): git's own timeouts
-    # do not bound a remote that accepts the connection and never answers, so the process is killed.
+    # The network deadlines ([timeouts] in the site, see resources/site/timeouts.py): git's own
+    # timeouts do not bound a remote that accepts the connection and never answers, so the
+    # process is killed.
     connect_timeout_s: float = Field(default=15.0, gt=0, description="ssh ConnectTimeout (connect + handshake) and keepalive.")
     refs_timeout_s: float = Field(default=30.0, gt=0, description="One ls-remote, the whole process group.")
     transfer_timeout_s: float = Field(default=600.0, gt=0, description="One fetch or push, the whole process group.")

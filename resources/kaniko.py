@@ -23,7 +23,8 @@ from resources.model import Model
 BUILD_COMMAND = ["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
 
 _GITSHA = re.compile(r"^[0-9a-f]{7,40}\Z")
-_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")  # as in resources.site: upper-case names only
+# As in resources/site/fields.py: upper-case names only.
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 
 
 class KanikoError(LockstepError):

@@ -126,7 +126,7 @@ NOT_RUN: dict[str, str] = {
 
 # Variables the docs export, and where lockstep (or Dagster) reads each.
 ENV_READERS = {
-    "LOCKSTEP_SITE": ROOT / "resources" / "site.py",
+    "LOCKSTEP_SITE": ROOT / "resources" / "site" / "load.py",
     "LOCKSTEP_CACHE": ROOT / "resources" / "git.py",
     "DAGSTER_HOME": ROOT / "lockstep" / "cli.py",
 }

@@ -1,9 +1,9 @@
-"""What one installed iris binary offers, read from its own help screens, and what lockstep needs of it.
+"""What one installed iris binary offers, read from its own help screens, and what lockstep needs.
 
 The CLI moved in 2026 (resources/iris/cli.py's docstring has the history): `job describe` replaced
-`job summary`, `job cancel` replaced `kill`/`stop`, options arrived. Each process learns the installed
-binary's generation once (`learn`) and the adapter speaks what it finds; a `job run` needing an option
-the binary lacks is refused before anything is submitted (`check_run`).
+`job summary`, `job cancel` replaced `kill`/`stop`, options arrived. Each process learns the
+installed binary's generation once (`learn`) and the adapter speaks what it finds; a `job run`
+needing an option the binary lacks is refused before anything is submitted (`check_run`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class IrisCapabilities(Model):
 
 
 def learn(help_text: Callable[..., str]) -> IrisCapabilities:
-    """The capabilities a binary's help screens show; `help_text(*args)` is its `iris <args> --help`."""
+    """The capabilities a binary's help screens show (`help_text(*args)`: `iris <args> --help`)."""
     commands = help_commands(help_text("job"))
     run = help_options(help_text("job", "run")) if "run" in commands else frozenset()
     json_summary = "summary" in commands and "describe" not in commands and \
@@ -80,10 +80,11 @@ def learn(help_text: Callable[..., str]) -> IrisCapabilities:
 def check_run(caps: IrisCapabilities, *, binary: str, used: list[str]) -> None:
     """MissingCapability naming what a `job run` with the options `used` needs that `caps` lacks."""
     if "run" not in caps.job_commands:
-        raise MissingCapability(f"`{binary} job` has no `run` command (it has: {', '.join(sorted(caps.job_commands))})")
+        has = ", ".join(sorted(caps.job_commands))
+        raise MissingCapability(f"`{binary} job` has no `run` command (it has: {has})")
     if caps.state_command is None:
-        raise MissingCapability(f"`{binary} job` has neither `describe` nor `summary`: lockstep cannot read "
-                                "a job's state with it; upgrade marin-iris")  # fmt: skip
+        raise MissingCapability(f"`{binary} job` has neither `describe` nor `summary`: lockstep "
+                                "cannot read a job's state with it; upgrade marin-iris")
     missing = [o for o in used if o not in caps.run_options and not o.startswith(("--cluster=", "--config=",
                                                                                     "--controller-url="))]
     if missing:

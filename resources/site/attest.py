@@ -55,9 +55,10 @@ class AttestSection(Table):
 
 
 def key_files(attest: AttestSection, site_path: Path) -> list[Path]:
-    """The key files `attest` names (paths relative to the site file at `site_path`): what a load reads."""
+    """The key files `attest` names (relative to the site file at `site_path`): what loads read."""
     # An inline PEM key is part of the site file itself; every other entry is a key file.
-    return [site_relative(site_path, e.strip()) for e in attest.trusted_keys if not e.strip().startswith(_PEM)]
+    entries = [e.strip() for e in attest.trusted_keys]
+    return [site_relative(site_path, e) for e in entries if not e.startswith(_PEM)]
 
 
 def read_trusted_keys(attest: AttestSection, site_path: Path) -> tuple[list[TrustedKey], list[FileFormatError]]:

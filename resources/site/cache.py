@@ -52,9 +52,11 @@ class SiteCache(Generic[Config]):
         deps, stamps, config = entry
         return config if tuple(stamp_of(p) for p in deps) == stamps[1:] else None
 
-    def put(self, path: Path, stamp: Stamp, config: Config, started_ns: int, deps: list[Path]) -> None:
-        """Keep `config`, read from `path` (which had `stamp`) by a load that started at `started_ns`;
-        `deps` are the other files that load read (the trusted key files)."""
+    def put(
+        self, path: Path, stamp: Stamp, config: Config, started_ns: int, deps: list[Path]
+    ) -> None:
+        """Keep `config`, read from `path` (which had `stamp`) by a load that started at
+        `started_ns`; `deps` are the other files that load read (the trusted key files)."""
         stamps = (stamp, *(stamp_of(p) for p in deps))
         newest = max(t for s in stamps if s is not None for t in s[3:])
         if newest >= started_ns - self.SETTLED_NS:

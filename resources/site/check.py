@@ -3,9 +3,9 @@
 A load (`load_site`) stops at the first error, which is right for a code location that must not start
 on a broken file, and slow for a person fixing a new one: an edit, a reload, the next error. The check
 reads the file as a load does and lists everything pydantic found (one `SiteProblem` per error, each
-rendered as the load renders it, resources/site_errors.py), plus:
+rendered as the load renders it, resources/site/errors.py), plus:
 
-- the rules across tables (`site_rules.across_tables`: URL schemes, node names, relay keys). pydantic
+- the rules across tables (`rules.across_tables`: URL schemes, node names, relay keys). pydantic
   runs them only once every table is valid, so when some table is not, the check runs them itself
   over the tables that are;
 - the trusted key files `[attest]` names, which a load reads after validating.

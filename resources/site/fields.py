@@ -56,8 +56,8 @@ Owners = Annotated[list[str], AfterValidator(check_owners)]
 class LocationSection(Table):
     """A table that configures one code location, named as the location is ([tpu], [jovian]).
 
-    Each declares its own `owners` key (where it sits among the table's keys is the table's, so it is not
-    a field of this base); `REPOSITORY_KEYS` name its keys that hold repository URLs.
+    Each declares its own `owners` key (where it sits among the table's keys is the table's, so
+    it is not a field of this base); `REPOSITORY_KEYS` name its keys that hold repository URLs.
     """
 
     REPOSITORY_KEYS: ClassVar[tuple[str, ...]] = ()

@@ -1,6 +1,6 @@
 """Reading the site file: which file (``LOCKSTEP_SITE``, else the embedded sandbox's
-``.sandbox/site.toml``), validated into a SiteConfig, kept while it is unchanged, and the one error a
-bad file raises (its file, line and key).
+``.sandbox/site.toml``), validated into a SiteConfig, kept while it is unchanged, and the one
+error a bad file raises (its file, line and key).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from resources.site.errors import first_problem
 from resources.site.schema import SiteConfig
 from resources.tomlfile import load_toml
 
-# The key parsers (resources.attest, and cryptography behind it) load when a site names a trusted key.
+# The key parsers (resources.attest, cryptography behind it) load when a site names a trusted key.
 if TYPE_CHECKING:
     from resources.attest import TrustedKey
 
@@ -30,7 +30,7 @@ SITE_ENV = "LOCKSTEP_SITE"
 
 
 def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
-    """The one error a load raises (`lockstep site check` lists them all: resources/site/check.py)."""
+    """The one error a load raises (`lockstep site check` lists them all: site/check.py)."""
     return first_problem(exc.errors(), path, text).error()
 
 
@@ -40,8 +40,9 @@ _SITE_CACHE: SiteCache[SiteConfig] = SiteCache()
 def load_site(path: Path | str | None = None) -> SiteConfig:
     """Read and validate a site file. Errors name the file, the line, the key and what is wrong.
 
-    A file unchanged since it was last read here is not parsed again (resources/site/cache.py): every sensor
-    tick loads the site, and parsing and validating it cost more than the ls-remote the tick is for.
+    A file unchanged since it was last read here is not parsed again (resources/site/cache.py):
+    every sensor tick loads the site, and parsing and validating it cost more than the ls-remote
+    the tick is for.
     """
     site_path = Path(path or os.environ.get(SITE_ENV) or DEFAULT_SITE)
     stamp = stamp_of(site_path)
@@ -102,7 +103,8 @@ def site_at_load() -> SiteConfig | None:
 
 
 def trusted_keys(site: SiteConfig) -> list[TrustedKey]:
-    """The keys `[attest] trusted_keys` names, read and checked; FileFormatError names the site file's line."""
+    """The keys `[attest] trusted_keys` names, read and checked; FileFormatError names the site
+    file's line."""
     assert site.attest is not None
     keys, problems = read_trusted_keys(site.attest, site.path)
     if problems:

@@ -1,4 +1,4 @@
-"""``[registry]``: where images live (an HTTP registry, or the sandbox's OCI image-layout directory)."""
+"""``[registry]``: where images live (an HTTP registry, or the sandbox's image-layout directory)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The site as Dagster sees it: the SiteResource a run reads the site through (pinned to the file the
-code location loaded), the stand-in for a resource the site was missing for, and owners on assets."""
+"""The site as Dagster sees it: the SiteResource a run reads the site through (pinned to the file
+the code location loaded), the stand-in for a resource the site was missing for, and owners on
+assets."""
 
 from __future__ import annotations
 

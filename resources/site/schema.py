@@ -8,6 +8,7 @@ and the values are read when needed, never written back or logged.
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from pathlib import Path
@@ -52,7 +53,7 @@ class SiteConfig(Table):
 
     def repository_urls(self) -> dict[tuple[str, ...], str]:
         """Every repository URL the site names, by (table, key): what git may be asked to reach."""
-        return repository_urls({name: getattr(self, name) for name in LOCATIONS})
+        return repository_urls({name: getattr(self, name) for name in location_tables(type(self))})
 
     @property
     def path(self) -> Path:
@@ -70,8 +71,9 @@ class SiteConfig(Table):
 
     def owners(self, location: str) -> list[str]:
         """The owners of a code location's assets: its own table's, else [site] owners."""
-        if location not in LOCATIONS:
-            raise LockstepError(f"no code location {location!r} in the site (locations: {', '.join(LOCATIONS)})")
+        if location not in (locations := location_tables(type(self))):
+            shown = f"its locations: {', '.join(locations)}"
+            raise LockstepError(f"no code location {location!r} in the site ({shown})")
         section: LocationSection | None = getattr(self, location)
         own = section.owners if section is not None else None
         return list(own if own is not None else self.site.owners)
@@ -95,10 +97,11 @@ class SiteConfig(Table):
         return [name for _, name in self.secret_env_keys()]
 
 
-def _location_tables() -> tuple[str, ...]:
-    """The SiteConfig tables whose model is a LocationSection, in the file's order."""
+@functools.cache
+def location_tables(config: type[Table]) -> tuple[str, ...]:
+    """The tables of `config` (SiteConfig) whose model is a LocationSection, in the file's order."""
     found = []
-    for name, field in SiteConfig.model_fields.items():
+    for name, field in config.model_fields.items():
         kind = field.annotation
         if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
@@ -108,5 +111,5 @@ def _location_tables() -> tuple[str, ...]:
 
 
 # The code locations a site configures, one per location table: a new pipeline is a LocationSection
-# model and a SiteConfig field for it, and every per-location rule (owners, repository URLs) follows.
-LOCATIONS: tuple[str, ...] = _location_tables()
+# model and a SiteConfig field for it, and the per-location rules (owners, repository URLs) follow.
+LOCATIONS: tuple[str, ...] = location_tables(SiteConfig)

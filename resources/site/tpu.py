@@ -1,5 +1,5 @@
-"""``[tpu]``: the harbor fork, the consumer repo that locks it, the image it builds and the file probes
-run on it (the tpu code location's table)."""
+"""``[tpu]``: the harbor fork, the consumer repo that locks it, the image it builds and the file
+probes run on it (the tpu code location's table)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ValidationError
 from resources.iris import cli as iris_module
 from resources.iris.capabilities import ClientTooOld, MissingCapability
 from resources.iris.cli import IrisCli, JobAlreadyRunning, JobReplaced, JobSpec
-from resources.iris.output import IrisError, JobState
 from resources.iris.output import (
+    IrisError,
+    JobState,
     help_commands,
     help_options,
     parse_list_text,

@@ -1,5 +1,6 @@
 """A deployment without the iris CLI or its cluster credentials fails the first submit with one message
-that names each missing piece and how to add it on that deployment, and runs nothing (resources/iris_deploy.py)."""
+that names each missing piece and how to add it on that deployment, and runs nothing
+(resources/iris/deploy.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from resources.iris.cli import IrisCli, JobSpec
+from resources.iris.deploy import IrisNotDeployed, check_iris_setup
 from resources.iris.output import IrisError
-from resources.iris.deploy import IrisNotDeployed
-from resources.iris.deploy import check_iris_setup
 
 
 @pytest.fixture

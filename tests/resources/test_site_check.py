@@ -1,5 +1,5 @@
-"""`lockstep site check`'s logic (resources/site_check.py): every error of a site file at once, each with
-the line, table and key a load would name, never a secret's value."""
+"""`lockstep site check`'s logic (resources/site/check.py): every error of a site file at once, each
+with the line, table and key a load would name, never a secret's value."""
 
 from __future__ import annotations
 
