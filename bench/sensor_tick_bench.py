@@ -49,9 +49,9 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from dagster._grpc.impl import get_external_sensor_execution  # noqa: E402
 
 from resources.git import GitRemotes  # noqa: E402
-from resources.site.resource import SiteResource  # noqa: E402
-from resources.site.load import load_site  # noqa: E402
 from resources.site.cache import SiteCache  # noqa: E402
+from resources.site.load import load_site  # noqa: E402
+from resources.site.resource import SiteResource  # noqa: E402
 from sandbox.layout import Sandbox  # noqa: E402
 from sandbox.world import (  # noqa: E402
     HARBOR_BRANCH,

@@ -6,8 +6,8 @@ import dagster as dg
 from jovian_assets.models import Finding
 from resources.errors import LockstepError
 from resources.names import NameRefused, check_name
-from resources.site.resource import SiteResource
 from resources.site.jovian import JovianSection
+from resources.site.resource import SiteResource
 
 
 class AdoptionRefused(LockstepError):

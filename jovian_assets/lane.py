@@ -39,9 +39,9 @@ from resources.heartbeat import TAIL_LINES, Heartbeat
 from resources.model import Model
 from resources.names import NameRefused, check_name
 from resources.secrets import redact, secret_values
-from resources.site.schema import SiteConfig
 from resources.site.jovian import LaneSection
 from resources.site.rules import check_local_image_tag
+from resources.site.schema import SiteConfig
 from resources.spark import SparkNodes
 
 REV_LABEL = "lockstep.rev"

@@ -27,9 +27,9 @@ def site_check(file: Path | None, as_json: bool) -> None:
     FILE: the site file; default $LOCKSTEP_SITE, else .sandbox/site.toml. Exit status: 0 the file is
     valid, 1 it has errors, 2 usage (e.g. FILE does not exist).
     """
-    from resources.site.load import DEFAULT_SITE, SITE_ENV
     from resources.site.check import SiteCheck, check_site
     from resources.site.errors import SiteProblem
+    from resources.site.load import DEFAULT_SITE, SITE_ENV
 
     path = file or Path(os.environ.get(SITE_ENV) or DEFAULT_SITE)
     if path.is_file():

@@ -23,12 +23,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from resources.errors import FileFormatError, LockstepError
 from resources.site.attest import AttestSection
+from resources.site.general import SiteSection
 from resources.site.iris import IrisSection
+from resources.site.load import load_site
 from resources.site.registry import RegistrySection
 from resources.site.schema import SiteConfig
-from resources.site.general import SiteSection
 from resources.site.tpu import TpuSection
-from resources.site.load import load_site
 from resources.uv import UvCli
 from sandbox import consumer_source, harbor_source
 from sandbox.consumer_source import ConsumerShape

@@ -12,8 +12,8 @@ from resources.git import git_for
 from resources.iris.cli import iris_for
 from resources.registry import registry_for
 from resources.signing import signer_for
-from resources.site.resource import SiteResource
 from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from resources.spark import spark_for
 from resources.uv import UvCli
 from sandbox.world import (

@@ -143,8 +143,8 @@ def test_resources_are_built_from_the_site_at_load_with_secrets_as_env_vars(sb: 
 
 
 def test_a_run_refuses_a_site_file_that_changed_since_the_location_loaded(sb: Sandbox) -> None:
-    from resources.site.resource import SiteChanged, site_resource
     from resources.site.load import load_site
+    from resources.site.resource import SiteChanged, site_resource
 
     resource = site_resource(load_site(sb.site_file))
     assert resource.config().tpu.floating_tag == "tpu"

@@ -24,8 +24,8 @@ from resources.attest import (
 )
 from resources.registry import Registry
 from resources.registry.referrers import attach, attestation_tag, find_envelopes
-from resources.site.schema import SiteConfig
 from resources.site.load import trusted_keys
+from resources.site.schema import SiteConfig
 from tpu_assets.promotion import PromotionRefused
 from tpu_assets.provenance import CONSUMER_DEPENDENCY, dependency_commit
 from tpu_assets.rollback import VerifiedBuild

@@ -14,9 +14,9 @@ from resources.git import git_for
 from resources.iris.cli import iris_for
 from resources.registry import registry_for
 from resources.signing import signer_for
-from resources.site.schema import SiteConfig
-from resources.site.resource import location_owners, needs_site, site_resource, with_owners
 from resources.site.load import site_at_load
+from resources.site.resource import location_owners, needs_site, site_resource, with_owners
+from resources.site.schema import SiteConfig
 from resources.uv import UvCli
 from sensors.alerts import build_alert_sensor
 from sensors.floating_tag import build_floating_tag_watch

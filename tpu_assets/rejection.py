@@ -19,9 +19,9 @@ from pydantic import Field
 
 from resources.errors import LockstepError
 from resources.links import commit_entries
-from resources.site.schema import SiteConfig
-from resources.site.resource import SiteResource
 from resources.site.promotion import PromotionSection
+from resources.site.resource import SiteResource
+from resources.site.schema import SiteConfig
 from tpu_assets.history import RECORD_KIND
 from tpu_assets.keys import VERIFIED_IMAGE
 from tpu_assets.partitions import tpu_builds

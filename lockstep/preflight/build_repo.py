@@ -23,8 +23,8 @@ from lockstep.preflight.findings import Finding, Section, fail, ok, site_where, 
 from resources.errors import FileFormatError
 from resources.git import GitError, GitRemotes, glob_match
 from resources.secrets import redact
-from resources.site.schema import SiteConfig
 from resources.site.jovian import BootGate, JovianSection
+from resources.site.schema import SiteConfig
 
 AREA = "build repo"
 # A marker is a data file a gate reads (a .txt, a .json): never one of the package's own sources.

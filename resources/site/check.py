@@ -23,13 +23,13 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from resources.errors import FileFormatError, decode_utf8
-from resources.reader import read_bytes
 from resources.model import Model
-from resources.site.schema import SiteConfig
+from resources.reader import read_bytes
 from resources.site.attest import AttestSection, read_trusted_keys
 from resources.site.errors import ErrorDetails, SiteProblem, problems_of, render
 from resources.site.fields import ENV_NAME
 from resources.site.rules import across_tables
+from resources.site.schema import SiteConfig
 from resources.tomlfile import load_toml
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

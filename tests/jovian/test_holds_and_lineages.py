@@ -17,8 +17,8 @@ from jovian_assets.fork_cut import ONE_CUT, findings, holds
 from jovian_assets.models import BranchCommit, BranchTip, ForkCut, PackageCut
 from jovian_assets.node_build import manifest_checksum, stage_build_dir
 from resources.errors import FileFormatError
-from resources.site.load import load_site
 from resources.site.jovian import JovianSection, rev_order
+from resources.site.load import load_site
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, add_lineage, new_lab_rev
 from tests.conftest import remote_file
 from tests.support.jovian.lab import ASSETS, Lab, checks, meta

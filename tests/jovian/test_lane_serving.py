@@ -28,9 +28,9 @@ from jovian_assets.models import LaneServing
 from jovian_assets.node_assets import DISTRIBUTED
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
-from resources.site.resource import SiteResource
-from resources.site.load import load_site
 from resources.site.jovian import DEFAULT_READY_PATTERNS
+from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from resources.spark import SparkNodes
 from sandbox.engines import ENGINE_DIR, Engine
 from sandbox.world import Sandbox, up

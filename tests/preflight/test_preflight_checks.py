@@ -28,9 +28,9 @@ from lockstep.preflight.iris import check_iris
 from lockstep.preflight.registry import check_registry
 from lockstep.preflight.run import run_concurrently
 from resources.git import git_for
-from resources.site.schema import SiteConfig
-from resources.site.load import load_site
 from resources.site.jovian import DEFAULT_BOOT_GATES, BootGate
+from resources.site.load import load_site
+from resources.site.schema import SiteConfig
 from resources.uv import UvCli
 from sandbox.fake_iris import install_fake_iris
 from sandbox.teardown import stop_sandbox

@@ -21,9 +21,9 @@ import pytest
 from resources.git import GitRemotes, RemoteUnreachable, git_for
 from resources.registry import RegistryError, transport
 from resources.registry.backends import registry_for
-from resources.site.schema import SiteConfig
-from resources.site.resource import SiteResource
 from resources.site.load import load_site
+from resources.site.resource import SiteResource
+from resources.site.schema import SiteConfig
 from resources.spark import spark_for
 from resources.spark.results import SparkError
 from sensors.harbor import build_harbor_branch_sensor

@@ -17,8 +17,8 @@ from jovian_assets.dep_table import parse_tree
 from jovian_assets.inputs import read_text as jovian_read_text
 from resources.errors import FileFormatError
 from resources.reader import MAX_DEPTH, check_nesting, loads_json, read_bytes
-from resources.site.load import load_site
 from resources.site.check import check_site
+from resources.site.load import load_site
 from resources.uv import UvLock
 from tests.support.report import count
 

@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from resources.errors import FileFormatError
-from resources.site.load import load_site
 from resources.site.cache import SiteCache
+from resources.site.load import load_site
 from tests.support.site_text import GOOD  # the minimal valid site every site test starts from
 
 

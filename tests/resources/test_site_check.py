@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from resources.errors import FileFormatError
-from resources.site.load import load_site
 from resources.site.check import check_site
+from resources.site.load import load_site
 from tests.support.site_example import EXAMPLE, example_site
 
 TEXT = EXAMPLE.read_text(encoding="utf-8")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from resources.site.tpu import HARBOR_GUARD_PROBE
-from resources.site.schema import SiteConfig
-from resources.site.load import load_site
 from resources.site.fields import ENV_NAME
 from resources.site.jovian import DEFAULT_BOOT_GATES
+from resources.site.load import load_site
+from resources.site.schema import SiteConfig
+from resources.site.tpu import HARBOR_GUARD_PROBE
 from resources.spark.relay import relay_hops
 from tests.support.site_example import EXAMPLE, example_site
 

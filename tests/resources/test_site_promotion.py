@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from resources.errors import FileFormatError
-from resources.site.schema import SiteConfig
 from resources.site.load import load_site
+from resources.site.schema import SiteConfig
 from tests.support.site_text import GOOD
 
 POLICY = """

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from resources.site.resource import SiteChanged, site_resource
-from resources.site.load import load_site
 from resources.site.cache import SiteCache
+from resources.site.load import load_site
 from resources.site.reload import COMPOSE_RESTART, reload_advice
+from resources.site.resource import SiteChanged, site_resource
 from tests.support.site_example import EXAMPLE_KEY, example_site
 
 

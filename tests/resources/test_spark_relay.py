@@ -23,8 +23,8 @@ import pytest
 from jovian_assets.node_assets import distributed_image
 from jovian_assets.node_build import NodeImage
 from resources.errors import FileFormatError
-from resources.site.resource import SiteResource
 from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from resources.spark import SparkNodes, spark_for
 from resources.spark.relay import RelayFailed
 from sandbox.engines import stop_engines

@@ -22,9 +22,9 @@ from jovian_assets.node_assets import distributed_image
 from jovian_assets.node_build import NodeBuildFailed, NodeImage, label_finding, run_gates
 from jovian_assets.source_lock import parse_source_lock
 from lockstep.cli import main
-from resources.site.resource import SiteResource
-from resources.site.load import load_site
 from resources.site.jovian import DEFAULT_BOOT_GATES, DEFAULT_VERSIONS_KEYS
+from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from resources.spark import PipeFailed, spark_for
 from sandbox.engines import stop_engines
 from sandbox.jovian_sources import FLASHKDA_EXTENSION, parse_lock

@@ -21,9 +21,9 @@ from dagster._grpc.impl import get_external_sensor_execution
 from jovian_assets.definitions import build_defs as jovian_build_defs
 from jovian_assets.definitions import lab_sensor
 from resources.git import GitRemotes
-from resources.site.resource import SiteResource, site_resource
-from resources.site.load import load_site
 from resources.site.cache import SiteCache
+from resources.site.load import load_site
+from resources.site.resource import SiteResource, site_resource
 from sandbox.jovian_world import new_lab_rev
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor
 from tests.conftest import sandbox_resources

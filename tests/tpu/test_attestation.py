@@ -47,8 +47,8 @@ from resources.registry.referrers import (
     parse_referrers,
 )
 from resources.registry.refs import OCI_CONFIG, OCI_MANIFEST
-from resources.site.resource import SiteResource
 from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from sandbox.world import SANDBOX_ATTEST_KEY_ENV, Sandbox, advance_harbor, sandbox_attest_key, up
 from tests.conftest import sandbox_resources, stop_sandbox
 from tests.support.registry_server import RegistryServer

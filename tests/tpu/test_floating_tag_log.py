@@ -30,8 +30,8 @@ from lockstep.pools import apply_pools
 from lockstep.run_launcher import worker_started
 from resources.git import git_for
 from resources.registry import HttpRegistry, Registry
-from resources.site.resource import SiteResource
 from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from tests.conftest import sandbox_resources
 from tests.support.postgres_server import PostgresServer, running_postgres
 from tests.support.registry_proxy import Fault, RegistryProxy

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from lockstep.cli import main
 from resources.registry import ImageRef, registry_for
-from resources.site.resource import SiteResource
 from resources.site.load import load_site
+from resources.site.resource import SiteResource
 from tests.conftest import sandbox_resources
 from tests.support.runs import failure_message, materialize, metadata
 from tests.support.two_builds import Built, record_builds, site_with_own_tag, two_builds
