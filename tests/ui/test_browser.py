@@ -65,7 +65,7 @@ from tpu_assets.harbor_hold import HOLD
 from tpu_assets.history import FLOATING_TAG
 from tpu_assets.lock_assets import HARBOR_LOCK
 
-pytestmark = pytest.mark.heavy(380)  # seconds, about (-n 0): the order parallel workers take modules in
+pytestmark = pytest.mark.heavy(380)  # about the seconds the module takes alone (-n 0)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
