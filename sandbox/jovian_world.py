@@ -592,6 +592,9 @@ BENCH_PERF = ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}
 SERVE_WARM_BUDGET_S = 30.0
 SERVE_COLD_BUDGET_S = 60.0
 SERVE_POLL_S = 0.25
+# A sandbox node build takes a few seconds: its polls back off from 1 s to 2 s, not to the default
+# 30 s, whose doubling pauses (1, 2, 4 s) slept 7 s through one build.
+BUILD_POLL_S = 2.0
 
 
 def free_port() -> int:
@@ -621,6 +624,7 @@ def jovian_section(repos: Path) -> JovianSection:
         integration_branches=dict(INTEGRATION_GLOBS),
         cut_window_minutes=CUT_WINDOW_MINUTES,
         build_node=BUILD_NODE,
+        poll_s=BUILD_POLL_S,
         lane=lane_section(),
     )
 

@@ -4,7 +4,7 @@ failed or unreachable), the `--json` object, `--plan` launching nothing, `--vers
 epilog, and a CLI start free of dagster.
 
 The webserver is replaced by a recording stand-in of lockstep/graphql.py's `Webserver` (its GraphQL is
-exercised for real in tests/test_act_live.py, against `dagster dev`).
+exercised for real in tests/ui/test_browser.py, against `lockstep demo`).
 """
 
 from __future__ import annotations

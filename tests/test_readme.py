@@ -85,8 +85,8 @@ _CLUSTER = ("needs a Kubernetes cluster and the ghcr registry; tests/deploy/test
             "and the Job a run gets, offline")
 _SERVES = ("serves until stopped: `lockstep demo` runs this same `dagster dev` (lockstep/cli.py), and "
            "tests/ui/test_browser.py runs `lockstep demo`")
-_WEBSERVER = ("launches through a running webserver's GraphQL: tests/test_act_live.py runs these against `dagster dev` "
-              "on a sandbox")
+_WEBSERVER = ("launches through a running webserver's GraphQL: tests/ui/test_browser.py runs these "
+              "against `lockstep demo` on a sandbox")
 _COMPOSE = "docker compose -p lockstep -f deploy/docker/docker-compose.yml"
 NOT_RUN: dict[str, str] = {
     f"{_COMPOSE} up -d --build": _DOCKER,

@@ -37,7 +37,7 @@ from tpu_assets.definitions import defs as tpu_defs
 from tpu_assets.history import verified_history
 from tpu_assets.status import STATUS, fingerprint, gather_status
 
-pytestmark = pytest.mark.heavy(240)
+pytestmark = pytest.mark.heavy(90)  # about the seconds the module takes alone (-n 0)
 
 
 def tick(p: Pipeline) -> dg.SensorResult:

@@ -1,4 +1,5 @@
-"""The demo in a real browser: the asset graph, then re-lock -> build -> promote launched with clicks.
+"""The demo in a real browser: the asset graph, then re-lock -> build -> promote launched with
+clicks; then, on the same running demo, the command line acting through its webserver.
 
 `lockstep demo` runs on a fresh sandbox (tests/support/ui/dagster_dev.py); Playwright (from pip) drives
 Debian's chromium (`apt-get install chromium`; `./dev` installs it — never `playwright install`).
@@ -15,14 +16,26 @@ The test does what the README tells a new user to do:
 5. The `tpu/floating_tag` page shows the move, and its changelog table the harbor fix it adds; the
    digest read from the page is what the registry says `:tpu` points at (docs/floating-tag.png).
 
+6. The command line (a second test, on the same `dagster dev`: one start per module, ~30 s of both
+   cores): `lockstep promote --plan`, `promote`, `rollback --plan`, `rollback`, `hold release
+   tag|harbor` launch the tpu location's jobs through the webserver's GraphQL (the commands get only
+   its URL: no DAGSTER_HOME, no database), follow the runs, exit by their outcome, and the records
+   name who acted. It starts from the promotion above, stops every sensor (the only runs are then
+   the commands'), and verifies a later build in process on the demo's instance to promote.
+
+The demo runs every sensor; status_sensor and lane_watch_sensor (each minute: the registry, git,
+every lane node's engine) are stopped at the start, as nothing here reads what they record.
+
 Screenshots under docs/ are regenerated when LOCKSTEP_UPDATE_SCREENSHOTS=1; on failure a screenshot of the page, its text
 and the demo's log go to the test's tmp dir and the output.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -36,15 +49,23 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from jovian_assets.definitions import defs as jovian_defs
+from jovian_assets.keys import LANE_WATCH_SENSOR
+from lockstep.graphql import Webserver
 from resources.registry import ImageRef, registry_for
 from resources.secrets import redact
 from resources.site.load import load_site
 from sandbox.jovian_world import JovianRepos
 from sandbox.world import CONSUMER_BRANCH, advance_harbor
-from tests.support.ui.dagster_dev import ROOT, Demo
+from sensors.status import STATUS_SENSOR
+from tests.conftest import sandbox_resources
+from tests.support.runs import Pipeline, failure_message
+from tests.support.ui.dagster_dev import ROOT, Demo, lockstep_command, stop_sensors
 from tpu_assets.definitions import defs as tpu_defs
+from tpu_assets.harbor_hold import HOLD
+from tpu_assets.history import FLOATING_TAG
+from tpu_assets.lock_assets import HARBOR_LOCK
 
-pytestmark = pytest.mark.heavy(400)  # seconds, about: the order parallel workers take modules in
+pytestmark = pytest.mark.heavy(380)  # about the seconds the module takes alone (-n 0)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -63,6 +84,9 @@ README_KEYS = ["tpu/harbor_lock", "tpu/image", "tpu/verified_image", "tpu/floati
 TERMINAL = {"Success", "Failure", "Canceled"}
 STATUS_WORDS = ("Success", "Failure", "Canceled", "Canceling", "Started", "Starting", "Queued", "Not started")
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+COMMAND_TIMEOUT_S = 600
+# What the browser test leaves for the command-line test after it: the build it promoted.
+PROMOTED: dict[str, str] = {}
 
 
 def defined_assets() -> dict[str, list[dg.AssetKey]]:
@@ -288,6 +312,8 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
     first_commit = consumer.commit(CONSUMER_BRANCH).hexsha
 
     with diagnostics(page, demo, tmp_path):
+        assert set(stop_sensors(demo.url, {STATUS_SENSOR, LANE_WATCH_SENSOR})) == {
+            STATUS_SENSOR, LANE_WATCH_SENSOR}, "the demo should start every sensor running"
         # 1. The global asset lineage: both groups, every asset of both locations.
         groups = defined_assets()
         assert set(groups) == {"tpu", "jovian"}, f"asset groups are {sorted(groups)}"
@@ -389,6 +415,7 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
         assert changelog.get_by_role("cell", name=fix, exact=True).is_visible(), f"the fix {fix[:8]}'s row has no sha"
         in_registry = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
         assert to_digest == in_registry, f"the page says :tpu -> {to_digest}, the registry says {in_registry}"
+        PROMOTED["build"] = relocked.hexsha
         DOCS.mkdir(exist_ok=True)
         # The status section loads last: its "Latest materialization" tag reads "N seconds/minutes ago".
         page.get_by_text(re.compile(r"^(\d+|a|an|a few) (seconds?|minutes?) ago$")).first.wait_for()
@@ -428,3 +455,155 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
         latest.hover()
         expect(page.get_by_text(reason, exact=True).first).to_be_visible(timeout=10_000)
         print(f"[ui] lab_rev_sensor's skip reason shown: {reason!r}; {time.monotonic() - started:.0f} s in the browser")
+
+
+# -- the command line, through the same webserver -------------------------------------------------
+
+
+def lockstep(demo: Demo, *args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`lockstep ARGS --url <the server>` as a person on a laptop runs it: no DAGSTER_HOME, no site
+    file (unless `home`: the in-process planner's path)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LOCKSTEP_SITE")}
+    if home is not None:
+        env |= {"DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(demo.sandbox.site_file)}
+    return subprocess.run([str(lockstep_command()), *args, "--url", demo.url], env=env, check=False,
+                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=ROOT)
+
+
+def said(done: subprocess.CompletedProcess[str], demo: Demo) -> str:
+    return (f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-3000:]}\n"
+            f"dagster dev:\n{demo.log_tail(3000)}")
+
+
+def refresh_status(demo: Demo) -> None:
+    """Launch refresh_status and wait for it: the status record `--plan` reads is new
+    (status_sensor, which records it each minute, is stopped here)."""
+    web = Webserver(demo.url)
+    run_id = web.launch(location="tpu", job="refresh_status", run_config={}, tags={})
+    *_, final = web.run_events(run_id, deadline_s=COMMAND_TIMEOUT_S)
+    assert final == "SUCCESS", f"refresh_status ended {final}; dagster dev:\n{demo.log_tail(3000)}"
+
+
+def wait_runs_finished(instance: dg.DagsterInstance, demo: Demo) -> None:
+    """Until no run the sensors launched before they were stopped is still queued or running."""
+    def idle() -> bool:
+        return all(r.dagster_run.is_finished for r in instance.get_run_records())
+
+    wait_until(lambda: f"the sensors' runs to finish; dagster dev:\n{demo.log_tail(3000)}", idle,
+               COMMAND_TIMEOUT_S, 1)
+
+
+def newest_move(instance: dg.DagsterInstance) -> dict[str, object]:
+    record = instance.fetch_materializations(FLOATING_TAG, limit=1).records[0]
+    meta = record.asset_materialization.metadata  # type: ignore[union-attr]
+    return {"run_id": record.run_id, **{k: getattr(v, "value", v) for k, v in meta.items()}}
+
+
+def run_text(instance: dg.DagsterInstance, run_id: str) -> str:
+    return "\n".join(e.user_message for e in instance.all_logs(run_id))
+
+
+@pytest.mark.timeout(900)
+def test_promote_rollback_and_hold_release_through_the_webserver_record_who_acted(
+    demo: Demo, tmp_path: Path
+) -> None:
+    assert "build" in PROMOTED, \
+        "this test continues from the promotion test_demo_ui_relock_build_promote makes"
+    older, sb = PROMOTED["build"], demo.sandbox
+    home = sb.root / "dagster_home"  # the demo's instance (lockstep/cli.py demo)
+    stop_sensors(demo.url)  # the only runs from here on are the commands'
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        wait_runs_finished(instance, demo)
+        tpu = Pipeline(sb, sandbox_resources(sb, tmp_path / "cache"), instance)
+        assert tpu.floating() == tpu.pinned(older)
+        # A later harbor commit that keeps the fix, re-locked and verified in process: the
+        # build to promote.
+        advance_harbor(sb.root)
+        newer = tpu.relock()
+        built = tpu.build(newer)
+        assert built.success, failure_message(built)
+        acted(demo, home, instance, tpu, older, newer)
+
+
+def acted(demo: Demo, home: Path, instance: dg.DagsterInstance, tpu: Pipeline, older: str,
+          newer: str) -> None:
+    """The commands, in a person's order, against `demo`; `older` is on :tpu, `newer` verified."""
+    # --plan changes nothing: the tag stays where it is, and no run is launched.
+    refresh_status(demo)
+    runs_before = len(instance.get_run_records())
+    planned = lockstep(demo, "promote", "--plan")
+    assert planned.returncode == 0, said(planned, demo)
+    assert newer[:8] in planned.stdout, said(planned, demo)
+    planned_json = lockstep(demo, "promote", "--plan", "--build", newer[:10], "--json", home=home)
+    assert planned_json.returncode == 0, said(planned_json, demo)
+    shown = json.loads(planned_json.stdout)
+    assert shown["ok"] is True and shown["target"]["build"] == newer and shown["plan"] is True
+    assert tpu.floating() == tpu.pinned(older)
+
+    # promote as alice: the tag moves to the newer build; the run and its record name alice.
+    promoted = lockstep(demo, "promote", "--by", "alice", "--note", "ship the fix", "--json")
+    assert promoted.returncode == 0, said(promoted, demo)
+    answer = json.loads(promoted.stdout)
+    assert answer["status"] == "SUCCESS" and answer["outcome"] == "ok" and answer["by"] == "alice"
+    assert answer["url"] == f"{demo.url}/runs/{answer['run_id']}"
+    assert tpu.floating() == tpu.pinned(newer) and answer["move"]["to_digest"] == tpu.pinned(newer)
+    run = instance.get_run_by_id(answer["run_id"])
+    assert run is not None and run.job_name == "promote_tpu"
+    assert run.tags["lockstep/by"] == "alice" and run.tags["lockstep/cli"] == "promote"
+    move = newest_move(instance)
+    assert move["run_id"] == answer["run_id"] and move["action"] == "promote"
+    assert move["note"] == "ship the fix"
+    assert move.get("by") == "alice", move
+    assert "alice" in run_text(instance, answer["run_id"])
+
+    # A second promote is a negative answer (the tag is already there): exit 1, nothing moves.
+    again = lockstep(demo, "promote", "--by", "alice")
+    assert again.returncode == 1, said(again, demo)
+    assert "refused" in again.stdout, said(again, demo)
+    assert "already points at" in again.stdout, said(again, demo)  # and why
+    assert tpu.floating() == tpu.pinned(newer)
+
+    # The two promotes; no plan launched a run.
+    assert len(instance.get_run_records()) == runs_before + 2
+    refresh_status(demo)
+    planned = lockstep(demo, "rollback", "--plan")
+    assert planned.returncode == 0, said(planned, demo)
+    assert older[:8] in planned.stdout, said(planned, demo)
+    assert "nothing was changed" in planned.stdout, said(planned, demo)
+    assert tpu.floating() == tpu.pinned(newer)
+    assert len(instance.get_run_records()) == runs_before + 3  # and the refresh
+
+    # rollback as bob (the log printed as it comes): back to the older build, hold set.
+    rolled = lockstep(demo, "rollback", "--by", "bob", "--note", "bad harbor")
+    assert rolled.returncode == 0, said(rolled, demo)
+    assert f"{demo.url}/runs/" in rolled.stdout and "SUCCESS" in rolled.stdout
+    # The run's log, as it came.
+    assert "rollback by bob: bad harbor" in rolled.stdout, said(rolled, demo)
+    assert tpu.floating() == tpu.pinned(older)
+    move = newest_move(instance)
+    assert move["action"] == "rollback" and move["hold"] is True and move.get("by") == "bob", move
+    assert "bob" in run_text(instance, str(move["run_id"]))
+    held_record = instance.fetch_materializations(HARBOR_LOCK, limit=1).records[0]
+    harbor_held = held_record.asset_materialization
+    assert harbor_held is not None and harbor_held.metadata[HOLD].value is True  # scope auto: both
+
+    # Release both holds, as carol: the tag's, then harbor's (re-locked to the tip, pushed).
+    released = lockstep(demo, "hold", "release", "tag", "--by", "carol")
+    assert released.returncode == 0, said(released, demo)
+    move = newest_move(instance)
+    assert move["action"] == "release_hold" and move["hold"] is False, move
+    assert move.get("by") == "carol", move
+    assert tpu.floating() == tpu.pinned(older)  # a release moves nothing
+
+    relocked = lockstep(demo, "hold", "release", "harbor", "--by", "carol", "--json")
+    assert relocked.returncode == 0, said(relocked, demo)
+    lock = instance.fetch_materializations(HARBOR_LOCK, limit=1).records[0]
+    meta = lock.asset_materialization.metadata  # type: ignore[union-attr]
+    assert lock.run_id == json.loads(relocked.stdout)["run_id"]
+    assert meta[HOLD].value is False and meta["by"].value == "carol"
+    assert "harbor hold released by carol" in run_text(instance, lock.run_id)
+
+    # No hold left: releasing it again is a refusal (exit 1), not a crash.
+    none_left = lockstep(demo, "hold", "release", "harbor", "--by", "carol")
+    assert none_left.returncode == 1, said(none_left, demo)
+    assert "no harbor hold to release" in none_left.stdout, said(none_left, demo)

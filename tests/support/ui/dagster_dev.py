@@ -130,10 +130,41 @@ def stop_demo(demo: Demo) -> None:
     assert not left, f"processes of the demo still running after SIGKILL: {left}"
 
 
-@pytest.fixture
-def demo(tmp_path: Path) -> Iterator[Demo]:
-    """`lockstep demo` on a fresh sandbox in tmp, on a free port; stopped (and checked stopped) afterwards."""
-    server = start_demo(tmp_path)
+_SENSORS = """
+query Sensors($repo: RepositorySelector!) {
+  sensorsOrError(repositorySelector: $repo) {
+    __typename ... on Sensors { results { name sensorState { id status } } }
+  }
+}
+"""
+_STOP_SENSOR = "mutation Stop($id: String!) { stopSensor(id: $id) { __typename } }"
+LOCATIONS = ("tpu", "jovian")
+
+
+def stop_sensors(url: str, names: set[str] | None = None) -> list[str]:
+    """Stop the running sensors of both code locations named in `names` (all when None) through the
+    webserver's GraphQL, as the UI's switch does; the names of those stopped."""
+    from lockstep.graphql import REPOSITORY, Webserver
+
+    web, stopped = Webserver(url, timeout_s=30), []
+    for location in LOCATIONS:
+        repo = {"repositoryLocationName": location, "repositoryName": REPOSITORY}
+        found = web.query(_SENSORS, {"repo": repo})["sensorsOrError"]
+        assert found["__typename"] == "Sensors", f"{location}: sensorsOrError answered {found}"
+        for sensor in found["results"]:
+            state = sensor["sensorState"]
+            if (names is None or sensor["name"] in names) and state["status"] == "RUNNING":
+                done = web.query(_STOP_SENSOR, {"id": state["id"]})["stopSensor"]["__typename"]
+                assert done == "StopSensorMutationResult", f"stopping {sensor['name']}: {done}"
+                stopped.append(sensor["name"])
+    return stopped
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """`lockstep demo` on a fresh sandbox in tmp, on a free port, for the module's tests (a start is
+    ~30 s of both cores); stopped (and checked stopped) afterwards."""
+    server = start_demo(tmp_path_factory.mktemp("demo"))
     try:
         yield server
     finally:
