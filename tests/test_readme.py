@@ -47,7 +47,7 @@ from tests.support.runs import Pipeline, failure_message
 pytestmark = pytest.mark.heavy(60)  # seconds, about (33-70 here): two sandbox builds, three lab revs, a Postgres
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEV = ROOT / "dev"
 
 # The lockstep commands the docs show, in the order the scenario runs them, with the exit code each must
@@ -207,7 +207,7 @@ def dev_subcommands() -> set[str]:
 
 
 def dev_help() -> str:
-    return "\n".join(DEV.read_text(encoding="utf-8").splitlines()[1:6])
+    return "\n".join(DEV.read_text(encoding="utf-8").splitlines()[1:7])
 
 
 def leading_assignments(words: list[str]) -> tuple[dict[str, str], list[str]]:
