@@ -457,7 +457,7 @@ class GitRemotes(dg.ConfigurableResource):
         try:
             done = subprocess.run(
                 [_git_binary(), "cat-file", "--batch"], cwd=mirror, input="".join(f"{b}\n" for b in blobs).encode(),
-                capture_output=True, timeout=self.timeout_s, env={**os.environ, **_GIT_ENV},
+                capture_output=True, timeout=self.timeout_s, env={**os.environ, **_GIT_ENV}, check=False,
             )
         except subprocess.TimeoutExpired:
             raise GitError(f"git cat-file --batch of {len(blobs)} blobs did not complete in {self.timeout_s:g} secs") from None

@@ -221,7 +221,7 @@ passphrase_env = "{PASSPHRASE_ENV}"
 def test_distributed_image_in_relay_mode_loads_the_image_on_every_node_and_compares_the_ids(lane: dict, tmp_path: Path) -> None:
     tag = "jovian-judgement:r28-glm53"
     load = subprocess.run(["docker", "load"], input=docker_archive(tag), env=node_env(lane["src"]), cwd=lane["src"],
-                          capture_output=True, timeout=60)  # fmt: skip
+                          capture_output=True, timeout=60, check=False)  # fmt: skip
     assert load.returncode == 0, load.stderr
     inspected = subprocess.run(["docker", "image", "inspect", tag], env=node_env(lane["src"]), cwd=lane["src"],
                                capture_output=True, timeout=60, check=True)  # fmt: skip

@@ -244,7 +244,7 @@ def test_build_repo_holds_the_r27_contract(sb: Sandbox, tmp_path: Path) -> None:
     script.write_text(build.git.show("main:jovian-judgement/fetch-deps.sh") + "\n")
     done = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "VLLM_SRC": str(src),
                                                       "DEPS": str(tmp_path / "deps"), "HOME": str(tmp_path)},
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "deps/flashmla/csrc/cutlass/.git").exists()
 
