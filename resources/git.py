@@ -359,7 +359,7 @@ class GitRemotes(dg.ConfigurableResource):
         files = {}
         for line in out.splitlines():
             meta, _, path = line.partition("\t")
-            mode, kind, blob = meta.split()
+            _mode, kind, blob = meta.split()
             if kind == "blob" and glob_match(pattern, path):
                 files[path] = blob
         return files
@@ -371,7 +371,7 @@ class GitRemotes(dg.ConfigurableResource):
         links = {}
         for line in out.splitlines():
             meta, _, path = line.partition("\t")
-            mode, kind, target = meta.split()
+            _mode, kind, target = meta.split()
             if kind == "commit":
                 links[path] = target
         return links

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -65,7 +66,7 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         known_hosts.write_text("".join(known_hosts_line(s.host, s.port, s.host_key.with_suffix(".pub"))
                                        for s in servers.values()))  # fmt: skip
         # On node X, the known_hosts of X's hop: the next node's host key only.
-        for name, nxt in zip(CHAIN, CHAIN[1:], strict=False):
+        for name, nxt in itertools.pairwise(CHAIN):
             s = servers[nxt]
             (roots[name] / "relay_known_hosts").write_text(known_hosts_line(s.host, s.port, s.host_key.with_suffix(".pub")))
         src = install_node(base / "nodes" / "src")
