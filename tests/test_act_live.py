@@ -89,7 +89,7 @@ def lockstep(demo: Demo, *args: str, home: Path | None = None) -> subprocess.Com
     if home is not None:
         env |= {"DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(demo.sandbox.site_file)}
     return subprocess.run([str(lockstep_command()), *args, "--url", demo.url], env=env, capture_output=True,
-                          text=True, timeout=COMMAND_TIMEOUT_S, cwd=ROOT, check=False)
+                          text=True, timeout=COMMAND_TIMEOUT_S, cwd=ROOT)
 
 
 def said(done: subprocess.CompletedProcess[str], demo: Demo) -> str:

@@ -207,7 +207,7 @@ def dev_subcommands() -> set[str]:
 
 
 def dev_help() -> str:
-    return "\n".join(DEV.read_text(encoding="utf-8").splitlines()[1:7])
+    return "\n".join(DEV.read_text(encoding="utf-8").splitlines()[1:6])
 
 
 def leading_assignments(words: list[str]) -> tuple[dict[str, str], list[str]]:
