@@ -72,7 +72,7 @@ _GIT_ENV = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(["git", *args], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
     return proc.stdout.strip()
@@ -158,7 +158,7 @@ def start_daemon(root: Path) -> Daemon:
         daemon = Daemon(proc, port)
         probe = ["git", "ls-remote", "--", f"git://127.0.0.1:{port}/{DEPS[0][0]}.git"]
         wait_until_ready(
-            proc, lambda: subprocess.run(probe, capture_output=True, env=_GIT_ENV, timeout=10).returncode == 0,
+            proc, lambda: subprocess.run(probe, capture_output=True, env=_GIT_ENV, timeout=10, check=False).returncode == 0,
             timeout_s=15, interval_s=0.05, log=log, tail_chars=2000, stop=lambda: stop_daemon(daemon),
             message=lambda code, tail: f"git daemon did not serve on port {port} (exit {code}); its log:\n{tail}",
         )  # fmt: skip

@@ -29,6 +29,7 @@ killed by PID first.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -99,7 +100,7 @@ class Lane:
         (self.root / "authorized_keys").write_text(
             (self.root / "client.pub").read_text() + (self.root / "relay.pub").read_text())
         (self.root / "known_hosts").write_text("".join(self.known_hosts_line(n) for n in NODES))
-        for name, nxt in zip(NODES, NODES[1:], strict=False):
+        for name, nxt in itertools.pairwise(NODES):
             (self.root / f"relay_known_hosts_{name}").write_text(self.known_hosts_line(nxt))
         (self.root / "src-node" / "bin").mkdir(parents=True)
 
@@ -204,7 +205,7 @@ def inner(config_path: Path) -> None:
     def openssh(size: int, chain: list[str]) -> None:
         """The same chain with nothing of lockstep in it: bash, OpenSSH's client and `tee` on every node."""
         script = "cat > /dev/null"
-        for node, nxt in reversed(list(zip(chain, chain[1:], strict=False))):
+        for node, nxt in reversed(list(itertools.pairwise(chain))):
             hop = ssh(root / "relay", root / f"relay_known_hosts_{node}", nxt)
             script = f"tee -p >(cat > /dev/null) | {hop} {shlex.quote(script)}"
         line = f"head -c {size} /dev/zero | {ssh(root / 'client', root / 'known_hosts', chain[0])} {shlex.quote(script)}"

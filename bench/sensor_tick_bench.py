@@ -211,7 +211,10 @@ def main() -> None:
         instance = dg.DagsterInstance.local_temp(str(work / "dagster_home"))
         ref = instance.get_ref()
         rows = []
-        for case in cases:
+
+        # One case's medians, in a function of its own: the tick closures below read this case's
+        # locals, which no later case rebinds.
+        def measure(case: Case) -> tuple[str, float, float, float, float, float]:
             build = tpu_defs if case.sensor == "harbor_branch_sensor" else jovian_defs
             defs = build(load_site(case.site))
             sensor = defs.resolve_sensor_def(case.sensor)
@@ -259,8 +262,12 @@ def main() -> None:
                 moved_s.append(timed(moved))
                 plain_s.append(timed(plain_ref))
             shutil.rmtree(work / "moved", ignore_errors=True)
-            rows.append((case.label, statistics.median(sensor_s), statistics.median(git_s),
-                         statistics.median(declared_s), statistics.median(moved_s), statistics.median(plain_s)))
+            return (case.label, statistics.median(sensor_s), statistics.median(git_s),
+                    statistics.median(declared_s), statistics.median(moved_s),
+                    statistics.median(plain_s))
+
+        for case in cases:
+            rows.append(measure(case))
 
         print(f"\nmedians, {args.repeat} steady rounds and {max(3, args.repeat // 3)} moved rounds per case, "
               f"alternating (contended if other work shares the machine)\n")

@@ -165,7 +165,7 @@ def old_way(reg: HttpRegistry, tpu: TpuSection) -> bool:
     """inspection.py before the scan: one glob/read_file per query, each walking from the top."""
     pattern = f"{SP}/harbor-*.dist-info/METADATA"
     hits = reg.glob(repository=REPO, reference=TAG, pattern=pattern)
-    dist_info = sorted(hits)[-1].rsplit("/", 1)[0]
+    dist_info = max(hits).rsplit("/", 1)[0]
     metadata = reg.read_file(repository=REPO, reference=TAG, path=f"{dist_info}/METADATA")
     direct = reg.read_file(repository=REPO, reference=TAG, path=f"{dist_info}/direct_url.json")
     installed = parse_installed(dist_info.rsplit("/", 1)[-1], metadata.data.decode() if metadata else "",

@@ -18,6 +18,8 @@ import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
+from pydantic import Field
+
 from jovian_assets.inputs import check_utf8, path_under, read_text
 from jovian_assets.models import DepTree, Finding
 from resources.errors import FileFormatError, LockstepError
@@ -138,7 +140,8 @@ class CacheUse(Model):
     gitlinks', which may be another dependency's): bytes fetched, and what each held before."""
 
     fetched: int = 0
-    held_before: dict[str, int] = {}  # mirror URL -> bytes it held when this dependency first used it
+    # mirror URL -> bytes it held when this dependency first used it
+    held_before: dict[str, int] = Field(default_factory=dict)
 
     def record(self, url: str, before: int, after: int) -> None:
         self.fetched += max(after - before, 0)

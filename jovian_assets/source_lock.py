@@ -182,7 +182,7 @@ def _check_sha256(path: str, line: int, key: str, value: str) -> None:
 def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[str, LockedPackage]:
     """Every prefix P with both P.repository and P.commit, in the file order of P.repository."""
     packages: dict[str, LockedPackage] = {}
-    for key in keys:
+    for key, url in keys.items():
         if not key.endswith(".repository"):
             continue
         name = key.removesuffix(".repository")
@@ -199,7 +199,7 @@ def _packages(keys: dict[str, str], lines: dict[str, int], path: str) -> dict[st
                 path, lines[commit_key],
                 f"package {name} has {commit_key} but no {tree_key}: every package pins the tree hash of its commit next to the commit",
             )
-        url_at(path, lines[key], key, keys[key])
+        url_at(path, lines[key], key, url)
         version_key = f"{name}.version"
         if version_key in keys and not _VERSION.fullmatch(keys[version_key]):
             raise FileFormatError(

@@ -360,7 +360,7 @@ class GitRemotes(dg.ConfigurableResource):
         files = {}
         for line in out.splitlines():
             meta, _, path = line.partition("\t")
-            mode, kind, blob = meta.split()
+            _mode, kind, blob = meta.split()
             if kind == "blob" and glob_match(pattern, path):
                 files[path] = blob
         return files
@@ -372,7 +372,7 @@ class GitRemotes(dg.ConfigurableResource):
         links = {}
         for line in out.splitlines():
             meta, _, path = line.partition("\t")
-            mode, kind, target = meta.split()
+            _mode, kind, target = meta.split()
             if kind == "commit":
                 links[path] = target
         return links
@@ -458,7 +458,7 @@ class GitRemotes(dg.ConfigurableResource):
         try:
             done = subprocess.run(
                 [_git_binary(), "cat-file", "--batch"], cwd=mirror, input="".join(f"{b}\n" for b in blobs).encode(),
-                capture_output=True, timeout=self.timeout_s, env={**os.environ, **_GIT_ENV},
+                capture_output=True, timeout=self.timeout_s, env={**os.environ, **_GIT_ENV}, check=False,
             )
         except subprocess.TimeoutExpired:
             raise GitError(f"git cat-file --batch of {len(blobs)} blobs did not complete in {self.timeout_s:g} secs") from None

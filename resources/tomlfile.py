@@ -93,9 +93,9 @@ def key_line(text: str, table: tuple[str, ...], key: str | None = None) -> int |
             if current == table and header_line is None:
                 header_line = number
             continue
-        if key is not None and current == table and (m := _KEY.match(line)):
-            if _norm(m.group(1).split(".")[0]) == key:
-                return number
+        if (key is not None and current == table and (m := _KEY.match(line))
+                and _norm(m.group(1).split(".")[0]) == key):
+            return number
     return header_line
 
 

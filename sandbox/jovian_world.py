@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -35,7 +35,6 @@ from sandbox.bench_offline import TOKENIZER_DIR as BENCH_TOKENIZER
 from sandbox.git_server import GitServer
 from sandbox.layout import BUILD_NODE, LANE_NODES, Sandbox
 
-UTC = timezone.utc
 UPSTREAM = ("sandbox upstream", "upstream@sandbox.invalid")
 LAB = ("sandbox lab", "lab@sandbox.invalid")
 BUILDER = ("sandbox builder", "builder@sandbox.invalid")

@@ -37,7 +37,8 @@ def unpack(registry: Registry, *, repository: str, reference: str, root: Path) -
         with registry.open_blob(repository=repository, digest=layer.digest) as blob, tempfile.TemporaryFile() as copy:
             shutil.copyfileobj(blob, copy)
             copy.seek(0)
-            _apply(tarfile.open(fileobj=copy, mode="r:*"), root)
+            with tarfile.open(fileobj=copy, mode="r:*") as tar:
+                _apply(tar, root)
     return len(manifest.layers)
 
 

@@ -268,6 +268,6 @@ def test_an_operational_error_exits_3_and_a_missing_image_1(monkeypatch: pytest.
 
 def test_the_command_line_starts_without_dagster() -> None:
     code = "import sys, lockstep.cli, lockstep.act_cmd; print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

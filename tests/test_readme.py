@@ -47,7 +47,7 @@ from tests.support.runs import Pipeline, failure_message
 pytestmark = pytest.mark.heavy(60)  # seconds, about (33-70 here): two sandbox builds, three lab revs, a Postgres
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEV = ROOT / "dev"
 
 # The lockstep commands the docs show, in the order the scenario runs them, with the exit code each must

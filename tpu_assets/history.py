@@ -232,7 +232,8 @@ def read_ahead(instance: dg.DagsterInstance, reads: Callable[[], T]) -> Future[T
     def run() -> None:
         try:
             done.set_result(reads())
-        except BaseException as exc:  # handed to whoever asks for the result, as if it had run there
+        except BaseException as exc:  # noqa: BLE001
+            # handed to whoever asks for the result, as if it had run there
             done.set_exception(exc)
 
     if postgres_url(instance) is None:

@@ -54,7 +54,7 @@ def _installed_from(scan: ImageScan, query: GlobQuery) -> InstalledDist | None:
     hits = scan.glob(query.pattern)
     if not hits:
         return None
-    metadata_path = sorted(hits)[-1]
+    metadata_path = max(hits)
     dist_info = metadata_path.rsplit("/", 1)[0]
     metadata = _text(scan.file(metadata_path))
     direct = _text(scan.file(f"{dist_info}/direct_url.json"))

@@ -526,8 +526,8 @@ class IrisCli(dg.ConfigurableResource):
                 shown_state = (f"{last.state.value}{f' ({said})' if said else ''}" if last else "not yet seen") + (
                     "" if now is not None else " (this poll got no answer)")
                 since_ms = submission.submitted_ms if submission else 0
-                heartbeat.beat(state=shown_state, tail_lines=lambda: self.recent_lines(
-                    job_id=job_id, since_ms=since_ms, spec=spec))
+                heartbeat.beat(state=shown_state, tail_lines=lambda since_ms=since_ms: (
+                    self.recent_lines(job_id=job_id, since_ms=since_ms, spec=spec)))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 state = last.state.value if last else "not yet seen"

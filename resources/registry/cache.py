@@ -47,7 +47,7 @@ class BlobCache:
         """The cached blob, or None. A hit counts as a use for the LRU order."""
         path = self._path(digest)
         try:
-            stream = open(path, "rb")
+            stream = open(path, "rb")  # noqa: SIM115  # the caller reads and closes it
         except OSError:  # not cached, or a cache we cannot read: the registry still can
             return None
         with contextlib.suppress(OSError):

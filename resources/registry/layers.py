@@ -554,7 +554,8 @@ def decoded_tar(raw: io.RawIOBase, where: str) -> Iterator[tarfile.TarFile | Non
     else:
         decoded = buffered  # type: ignore[assignment]
     try:
-        tar = tarfile.open(fileobj=decoded, mode="r|", bufsize=_TAR_BUFSIZE)
+        # the caller streams it
+        tar = tarfile.open(fileobj=decoded, mode="r|", bufsize=_TAR_BUFSIZE)  # noqa: SIM115
     except _decode_errors() as exc:
         raise RegistryError(f"{where}: layer is neither a gzip, zstd nor plain tar stream ({exc})") from None
     try:

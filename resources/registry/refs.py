@@ -31,7 +31,7 @@ DOCKER_LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 REF_NAME = "org.opencontainers.image.ref.name"  # the tag annotation in an OCI layout's index.json
 IMAGE_MANIFESTS = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 INDEXES = frozenset({OCI_INDEX, DOCKER_LIST})
-MANIFEST_ACCEPT = ", ".join([OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST])
+MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_LIST}"
 
 # distribution's own grammar (reference/regexp.go), so a name is refused here, not by the server.
 # `\Z`, not `$`: Python's `$` also matches before a final newline, so `tpu\n` would pass as a tag.

@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import itertools
 import shlex
 import time
 import uuid
@@ -116,7 +117,7 @@ def relay_hops(nodes: Sequence[Any], *, chain: Sequence[str]) -> list[RelayHop]:
         raise SparkError(f"{refused[1]} (in its [[spark.nodes]] entry)", node=node.name)
     by_name = {n.name: n for n in nodes}
     hops = []
-    for src, dst in zip(chain, chain[1:], strict=False):
+    for src, dst in itertools.pairwise(chain):
         a, b = by_name[src], by_name[dst]
         hops.append(RelayHop(src=src, dst=dst, host=b.relay_host or b.host, port=b.port, user=b.user,
                              key=a.relay_key, known_hosts=a.relay_known_hosts))  # fmt: skip

@@ -42,7 +42,8 @@ class _Drain(threading.Thread):
                 if self.stop.is_set():
                     return
                 continue
-            except Exception:  # the stream went away under us: what we have is all there is
+            except Exception:  # noqa: BLE001
+                # the stream went away under us: what we have is all there is
                 return
             if not chunk:
                 return
@@ -86,7 +87,7 @@ class _Feeder(threading.Thread):
             except TimeoutError:
                 self.error = "it stopped accepting data (write timed out)"
                 self.stream.abort()
-            except Exception as exc:  # paramiko: a dead transport, a failed re-key
+            except Exception as exc:  # noqa: BLE001  # paramiko: a dead transport, a failed re-key
                 self.error = f"writing to it failed: {exc or type(exc).__name__}"
                 self.stream.abort()
             else:
@@ -139,7 +140,8 @@ if __name__ == "__main__":
 def local_manifest(root: Path) -> list[str]:
     """The manifest lines of a local tree (the same code the node runs)."""
     namespace: dict[str, Any] = {"__name__": "lockstep_manifest"}
-    exec(compile(_MANIFEST_PY, "<lockstep manifest>", "exec"), namespace)  # our own constant source
+    # our own constant source
+    exec(compile(_MANIFEST_PY, "<lockstep manifest>", "exec"), namespace)  # noqa: S102
     return namespace["manifest"](str(root))
 
 

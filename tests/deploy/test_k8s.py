@@ -425,9 +425,9 @@ def test_dockerfile() -> None:
 
     user = [args for kind, args in steps if kind == "USER"]
     assert user and user[-1].split(":")[0] not in {"root", "0"}
-    for deployment in load_values()["dagster-user-deployments"]["deployments"]:
+    for user_deployment in load_values()["dagster-user-deployments"]["deployments"]:
         # Kubernetes runs the image as this uid and gives the secret files to this group.
-        pod = deployment["podSecurityContext"]
+        pod = user_deployment["podSecurityContext"]
         assert user[-1] == f"{pod['runAsUser']}:{pod['runAsGroup']}" and pod["fsGroup"] == pod["runAsGroup"]
     last_user = max(i for i, kind in enumerate(kinds) if kind == "USER")
     assert kinds.index("CMD") > last_user

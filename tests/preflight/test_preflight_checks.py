@@ -271,7 +271,7 @@ def test_gate_markers_are_the_data_files_a_gate_reads_not_package_sources() -> N
     # The defaults read what a real build leaves: compiled extensions and the package's own sources.
     markers = {gate.name: gate_markers(gate) for gate in DEFAULT_BOOT_GATES}
     assert markers["nvfp4_ds_mla_present"] == []  # vllm/config/cache.py is the package's own source
-    assert markers == dict.fromkeys(markers, [])
+    assert markers == {name: [] for name in markers}
     record = BootGate(name="r", code="import json, pathlib, vllm\njson.loads((pathlib.Path(vllm.__file__).parent / "
                                      "'_sm12x_patches.json').read_text())\n")
     assert gate_markers(record) == ["_sm12x_patches.json"]

@@ -227,7 +227,7 @@ def test_a_hostile_url_reaches_no_git_call(
     urls = [f"--upload-pack=touch {marker}", *HOSTILE_URLS]
     tried = 0
     for url in urls:
-        for name, call in _every_url_call(remotes, url, tmp_path).items():
+        for call in _every_url_call(remotes, url, tmp_path).values():
             with pytest.raises(GitInputRefused, match="no git command was run"):
                 call()
             tried += 1

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Self
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -671,7 +672,7 @@ class FakeGhcr:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
-    def __enter__(self) -> FakeGhcr:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

@@ -206,7 +206,8 @@ def stale_below_truncated_top() -> tuple[list[Layer], int]:
     cleanly at a member boundary."""
     top = tar_bytes(f("etc/other", "o" * 700), f("etc/conf", "new"))
     cut = 512 + 1024  # etc/other's header and its 700 bytes padded to two blocks
-    assert tarfile.open(fileobj=io.BytesIO(top[:cut])).getnames() == ["etc/other"]
+    with tarfile.open(fileobj=io.BytesIO(top[:cut])) as tar:
+        assert tar.getnames() == ["etc/other"]
     return [layer(f("etc/conf", "stale")), Layer(blob=top, media_type=OCI_LAYER_TAR, diff_id=digest_of(top))], cut
 
 
@@ -259,9 +260,10 @@ def test_a_multi_member_gzip_layer_reads(registry_server: RegistryServer, repo: 
     plain = tar_bytes(f("a/first", "1" * 3000), f("b/second", "2" * 3000), f("c/third", "third member"))
     blob = gzip.compress(plain[:1024], mtime=0) + gzip.compress(plain[1024:5000], mtime=0) \
         + gzip.compress(plain[5000:], mtime=0)
-    with pytest.raises(tarfile.ReadError):  # the reason this matters
-        with tarfile.open(fileobj=io.BytesIO(blob), mode="r|gz") as tar:
-            [m.name for m in tar]
+    # the reason this matters
+    with (pytest.raises(tarfile.ReadError),
+          tarfile.open(fileobj=io.BytesIO(blob), mode="r|gz") as tar):
+        [m.name for m in tar]
     multi = Layer(blob=blob, media_type=OCI_LAYER_GZIP, diff_id=digest_of(plain))
     for reg in backends(registry_server, tmp_path):
         push_image(reg, repo, [multi], tag="v1")

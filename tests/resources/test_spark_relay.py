@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -66,7 +67,7 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         known_hosts.write_text("".join(known_hosts_line(s.host, s.port, s.host_key.with_suffix(".pub"))
                                        for s in servers.values()))  # fmt: skip
         # On node X, the known_hosts of X's hop: the next node's host key only.
-        for name, nxt in zip(CHAIN, CHAIN[1:], strict=False):
+        for name, nxt in itertools.pairwise(CHAIN):
             s = servers[nxt]
             (roots[name] / "relay_known_hosts").write_text(known_hosts_line(s.host, s.port, s.host_key.with_suffix(".pub")))
         src = install_node(base / "nodes" / "src")
@@ -222,7 +223,7 @@ passphrase_env = "{PASSPHRASE_ENV}"
 def test_distributed_image_in_relay_mode_loads_the_image_on_every_node_and_compares_the_ids(lane: dict, tmp_path: Path) -> None:
     tag = "jovian-judgement:r28-glm53"
     load = subprocess.run(["docker", "load"], input=docker_archive(tag), env=node_env(lane["src"]), cwd=lane["src"],
-                          capture_output=True, timeout=60)  # fmt: skip
+                          capture_output=True, timeout=60, check=False)  # fmt: skip
     assert load.returncode == 0, load.stderr
     inspected = subprocess.run(["docker", "image", "inspect", tag], env=node_env(lane["src"]), cwd=lane["src"],
                                capture_output=True, timeout=60, check=True)  # fmt: skip

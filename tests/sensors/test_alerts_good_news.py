@@ -116,8 +116,8 @@ def test_a_long_changelog_is_bounded_who_is_said_and_a_credential_in_a_note_is_n
         "build": "c" * 40, "hold": False, "note": "see https://bot:T0KEN-s3cret@git.example/x", **changes}), tag="tpu")
     assert alert is not None and alert.kinds == ["promotion"]
     lines = alert.text.splitlines()
-    assert lines[0] == "`:tpu` promoted to build `cccccccc` (who: not recorded): sha256:aaaaaaaaaaaa -> sha256:bbbbbbbbbbbb" \
-        .join([":rocket: ", ""])
+    assert lines[0] == (":rocket: `:tpu` promoted to build `cccccccc` (who: not recorded): "
+                        "sha256:aaaaaaaaaaaa -> sha256:bbbbbbbbbbbb")
     assert "T0KEN-s3cret" not in alert.text and "note: see https://***@git.example/x" in alert.text
     assert "changelog: harbor 11111111 -> 22222222: 60 commits added (the first 50 listed, 10 more)" in lines
     assert [line for line in lines if line.startswith("  + ")] == [

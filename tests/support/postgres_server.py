@@ -177,7 +177,7 @@ def _initdb(bin_dir: Path, root: Path, run_as: str | None) -> None:
     argv = [str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
             "--no-locale", "--no-sync", "--no-instructions"]
     done = subprocess.run(_as_user(run_as, argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=120, cwd=root)
+                          timeout=120, cwd=root, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"initdb failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     # Only TCP from 127.0.0.1 is trusted; no other host and no unix-socket login.
@@ -243,7 +243,7 @@ def _stop_process(server: PostgresServer) -> None:
     if proc.poll() is None:
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             argv = [str(server.bin_dir / "pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w", "-t", "15"]
-            subprocess.run(_as_user(server.run_as, argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+            subprocess.run(_as_user(server.run_as, argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=False)
         # pg_ctl has asked for the shutdown (not SIGTERM: that is postgres's "smart" mode, which waits for
         # clients); the kill is for a postmaster still there. Backends exit on their own once it is gone.
         stop_process(proc, grace_s=10, sigterm=False)

@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 from urllib.parse import parse_qs, urlsplit
 
 from tests.support.report import count
@@ -129,7 +130,7 @@ class RegistryProxy:
         self._server.server_close()
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> RegistryProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -139,7 +139,7 @@ def diagnostics(page: Page, demo: Demo, tmp: Path) -> Iterator[None]:
         try:
             page.screenshot(path=str(shot))
             text = page.inner_text("body")[-3000:]
-        except Exception as exc:  # the page may be gone; the demo log still helps
+        except Exception as exc:  # noqa: BLE001  # the page may be gone; the demo log still helps
             text = f"(page unavailable: {exc})"
         print(f"\n--- UI test failed on {page.url}; screenshot: {shot}\n--- page text (tail):\n{text}"
               f"\n--- demo log (tail):\n{demo.log_tail()}")
