@@ -12,11 +12,10 @@ one at once, when a person will not wait for the next tick.
 
 import dagster as dg
 
-from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.registry import Registry
 from resources.site import SiteResource
-from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
+from sensors.tick_resources import default_sensor_status, for_ticks, run_tick, site_config
 from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, STATUS, VERIFIED_IMAGE
 from tpu_assets.rejection import now_utc
 from tpu_assets.status import fingerprint, gather_status, newest_status_hash, status_observation
@@ -56,12 +55,13 @@ def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> d
         ),
     )
     def status_sensor(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SensorResult:
-        with tick_budget(site):
-            try:
-                cfg = site.config()
-            except LockstepError as exc:
-                return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
-            status = gather_status(cfg, context.instance, git_res, registry, now=now_utc())
+        return run_tick(site, lambda: _tick(context, site, registry))
+
+    def _tick(
+        context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry
+    ) -> dg.SensorResult:
+        cfg = site_config(site)
+        status = gather_status(cfg, context.instance, git_res, registry, now=now_utc())
         # Compared with the newest record, not a cursor: a refresh_status run records too.
         if fingerprint(status) == newest_status_hash(context.instance):
             return dg.SensorResult(skip_reason=(
