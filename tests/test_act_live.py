@@ -36,7 +36,7 @@ from tests.support.ui.dagster_dev import (
 )
 from tpu_assets.harbor_hold import HOLD
 from tpu_assets.history import FLOATING_TAG
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import HARBOR_LOCK
 
 pytestmark = pytest.mark.heavy(300)  # seconds, about: builds, a dagster dev start, six runs
 
