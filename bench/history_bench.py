@@ -54,7 +54,7 @@ from tpu_assets.history import (  # noqa: E402
     verified_history,
 )
 from tpu_assets.promotion import decide_move, rollback_plan  # noqa: E402
-from tpu_assets.rejection_assets import now_utc, policy_gate  # noqa: E402
+from tpu_assets.rejection import now_utc, policy_gate  # noqa: E402
 
 
 def timed(fn: Callable[[], object]) -> float:

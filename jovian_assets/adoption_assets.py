@@ -193,7 +193,7 @@ def _holds_table(held: list[HeldPin]) -> dg.MetadataValue:
 def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: GitRemotes, source_lock: AdoptedLock,
                   fork_cut: ForkCut):
     from jovian_assets import gb10
-    from jovian_assets.profile import parse_env, plan_profile, render_profile
+    from jovian_assets.profile import parse_env, plan_profile, recipe_finding, render_profile
     jovian = jovian_of(site)
     author = site.config().site.commit_author
     rev = rev_of(context)
@@ -211,7 +211,7 @@ def build_profile(context: dg.AssetExecutionContext, site: SiteResource, git: Gi
         diff, unknown = plan_profile(source_lock.lock, versions, jovian.versions_keys, jovian.repository_keys)
         text = render_profile(rev=rev, lab_commit=source_lock.lab_commit, lock_path=source_lock.path, diff=diff,
                               holds=[h.description for h in fork_cut.holds])
-        recipes = {p: _recipe_finding(wt.path, p)
+        recipes = {p: recipe_finding(wt.path, p)
                    for p in sorted(str(f.relative_to(wt.path)) for f in wt.path.rglob("*.toml") if glob_match(jovian.recipes_glob, str(f.relative_to(wt.path))))}
         pin_keys = {*jovian.versions_keys.values(), *jovian.repository_keys.values(), *(d.key for d in diff)}
         scattered = {p: _scattered_finding(wt.path, p, pin_keys) for p in recipes}
@@ -306,15 +306,6 @@ def dep_table(context: dg.AssetExecutionContext, site: SiteResource, git: GitRem
     cuda_open = any(r.unresolved and dt.is_cuda_path(r) for r in rows)
     yield check_result(DEP_TABLE, CMAKE_PINS_RESOLVED, resolved,
                        dg.AssetCheckSeverity.ERROR if cuda_open else dg.AssetCheckSeverity.WARN)
-
-
-def _recipe_finding(root: Path, rel: str) -> Finding | None:
-    """Where a recipe puts build_profile; a recipe that cannot be read fails the check naming file:line."""
-    from jovian_assets.profile import recipe_profile_placement
-    try:
-        return recipe_profile_placement(read_text(root / rel, rel), rel)
-    except FileFormatError as exc:
-        return Finding(passed=False, description=str(exc))
 
 
 def _scattered_finding(root: Path, rel: str, pin_keys: set[str]) -> Finding | None:

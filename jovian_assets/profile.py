@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jovian_assets.inputs import check_utf8, name_at
+from jovian_assets.inputs import check_utf8, name_at, read_text
 from jovian_assets.models import Finding, ProfileDiff
 from jovian_assets.source_lock import SourceLock
 from resources.errors import FileFormatError
@@ -166,3 +166,12 @@ def recipe_profile_placement(text: str, path: str, key: str = "build_profile") -
             f"silently builds with the base pins. Move it above the first [section]."
         ),
     )
+
+
+def recipe_finding(root: Path, rel: str) -> Finding | None:
+    """`recipe_profile_placement` of the recipe at `rel` under `root`; a recipe that cannot be read
+    fails the check, naming file:line."""
+    try:
+        return recipe_profile_placement(read_text(root / rel, rel), rel)
+    except FileFormatError as exc:
+        return Finding(passed=False, description=str(exc))

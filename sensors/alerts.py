@@ -25,10 +25,10 @@ from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.model import Model
 from resources.secrets import redact
-from resources.site.schema import SiteConfig
 from resources.site.resource import SiteResource
+from resources.site.schema import SiteConfig
 from resources.site.alerts import AlertsSection, Webhook
-from sensors.tick_resources import default_sensor_status
+from sensors.tick_resources import default_sensor_status, site_config, skipping
 from tpu_assets.history import tag_history
 from tpu_assets.alert_events import alert_for, bench_alert, rev_adopted_alert, verified_waiting_alert
 from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, VERIFIED_IMAGE
@@ -188,10 +188,12 @@ def build_alert_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorDefini
         ),
     )
     def alert_sensor(context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes) -> dg.SensorResult:
-        try:
-            config = site.config()
-        except LockstepError as exc:
-            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+        return skipping(lambda: _tick(context, site, git))
+
+    def _tick(
+        context: dg.SensorEvaluationContext, site: SiteResource, git: GitRemotes
+    ) -> dg.SensorResult:
+        config = site_config(site)
         alerts = config.alerts
         if context.cursor:
             cursor = AlertCursor.model_validate_json(context.cursor)

@@ -5,9 +5,15 @@ import dagster as dg
 from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.links import commit_entries
-from resources.secrets import redact
 from resources.site.resource import SiteResource
-from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
+from sensors.tick_resources import (
+    WatchedBranch,
+    default_sensor_status,
+    for_ticks,
+    moved_tip,
+    run_tick,
+    site_config,
+)
 from tpu_assets.harbor_hold import read_hold
 
 HARBOR_COMMIT_TAG = "lockstep/harbor_commit"
@@ -21,21 +27,12 @@ def build_harbor_branch_sensor(
     site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
 
     def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        try:
-            tpu = site_res.config().tpu
-        except LockstepError as exc:
-            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
-        where = f"{tpu.harbor_branch} on {redact(tpu.harbor_repo)}"
-        try:
-            tip = git_res.ls_remote(url=tpu.harbor_repo, branch=tpu.harbor_branch)
-        except LockstepError as exc:
-            return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
-        if tip is None:
-            return dg.SensorResult(skip_reason=f"branch {where} does not exist")
-        if tip == context.cursor:
-            return dg.SensorResult(skip_reason=f"{where} still at {tip}")
+        cfg = site_config(site_res)
+        tpu = cfg.tpu
+        watched = WatchedBranch(repo=tpu.harbor_repo, branch=tpu.harbor_branch)
+        tip, where = moved_tip(git_res, watched, context.cursor), watched.where
 
-        metadata = commit_entries(site_res.config().links, "commit", tpu.harbor_repo, tip)
+        metadata = commit_entries(cfg.links, "commit", tpu.harbor_repo, tip)
         try:
             info = git_res.commit_info(url=tpu.harbor_repo, sha=tip)
             metadata |= {
@@ -75,7 +72,6 @@ def build_harbor_branch_sensor(
         ),
     )
     def harbor_branch_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        with tick_budget(site_res):
-            return _tick(context)
+        return run_tick(site_res, lambda: _tick(context))
 
     return harbor_branch_sensor

@@ -5,9 +5,15 @@ import dagster as dg
 from jovian_assets.revs import LAB_COMMIT_TAG, lab_locks
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.secrets import redact
 from resources.site.resource import SiteResource
-from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
+from sensors.tick_resources import (
+    WatchedBranch,
+    default_sensor_status,
+    for_ticks,
+    moved_tip,
+    run_tick,
+    site_config,
+)
 
 
 def build_lab_rev_sensor(
@@ -17,26 +23,19 @@ def build_lab_rev_sensor(
     site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
 
     def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        try:
-            jovian = site_res.config().jovian
-        except LockstepError as exc:
-            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+        jovian = site_config(site_res).jovian
         if jovian is None:
             return dg.SensorResult(skip_reason="the site has no [jovian] table")
-        where = f"{jovian.lab_branch} on {redact(jovian.lab_repo)}"
+        watched = WatchedBranch(repo=jovian.lab_repo, branch=jovian.lab_branch)
+        tip, where = moved_tip(git_res, watched, context.cursor), watched.where
         try:
-            tip = git_res.ls_remote(url=jovian.lab_repo, branch=jovian.lab_branch)
-            if tip is None:
-                return dg.SensorResult(skip_reason=f"branch {where} does not exist")
-            if tip == context.cursor:
-                return dg.SensorResult(skip_reason=f"{where} still at {tip}")
             # One shallow fetch of both commits the tick lists: each fetch is a round trip to the lab.
             git_res.fetch(url=jovian.lab_repo, shas=[tip, *([context.cursor] if context.cursor else [])], depth=1)
             locks = lab_locks(git_res, jovian, lab_commit=tip)
             # Only what changed since the last lab commit seen: a new rev, or a lock whose blob moved.
             seen = git_res.list_files(url=jovian.lab_repo, sha=context.cursor, pattern=jovian.lock_glob) if context.cursor else {}
         except LockstepError as exc:
-            return dg.SensorResult(skip_reason=f"cannot read {where}: {exc} (cursor kept at {context.cursor or 'none'})")
+            raise watched.unreadable(exc, context.cursor) from exc
         for bad in (entry for entry in locks if entry.error):
             context.log.warning(f"skipping {bad.path}: {bad.error}")
         good = [entry for entry in locks if entry.rev and seen.get(entry.path) != entry.blob]
@@ -69,7 +68,6 @@ def build_lab_rev_sensor(
         ),
     )
     def lab_rev_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        with tick_budget(site_res):
-            return _tick(context)
+        return run_tick(site_res, lambda: _tick(context))
 
     return lab_rev_sensor

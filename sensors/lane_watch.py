@@ -27,7 +27,7 @@ from resources.site.schema import SiteConfig
 from resources.site.resource import SiteResource
 from resources.site.jovian import LaneSection
 from resources.spark import SparkNodes
-from sensors.tick_resources import default_sensor_status, tick_budget
+from sensors.tick_resources import default_sensor_status, run_tick, site_config
 
 INSPECT_S = 20.0  # one `docker container inspect`; less when the tick's budget has less left
 _WHY_CHARS = 300
@@ -122,15 +122,16 @@ def build_lane_watch_sensor(*, minimum_interval_seconds: int = 60) -> dg.SensorD
         ),
     )
     def lane_watch_sensor(context: dg.SensorEvaluationContext, site: SiteResource, spark: SparkNodes) -> dg.SensorResult:
-        with tick_budget(site):
-            try:
-                cfg = site.config()
-            except LockstepError as exc:
-                return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
-            lane = cfg.jovian.lane if cfg.jovian else None
-            if lane is None:
-                return dg.SensorResult(skip_reason="the site has no [jovian.lane]: no lane to watch")
-            live, why = watch(list(lane.nodes), lambda node: seen_on(spark, cfg, lane, node))
+        return run_tick(site, lambda: _tick(context, site, spark))
+
+    def _tick(
+        context: dg.SensorEvaluationContext, site: SiteResource, spark: SparkNodes
+    ) -> dg.SensorResult:
+        cfg = site_config(site)
+        lane = cfg.jovian.lane if cfg.jovian else None
+        if lane is None:
+            return dg.SensorResult(skip_reason="the site has no [jovian.lane]: no lane to watch")
+        live, why = watch(list(lane.nodes), lambda node: seen_on(spark, cfg, lane, node))
         digest = seen_hash(lane.name, live, why, _newest_record(context.instance))
         if digest == context.cursor:
             return dg.SensorResult(skip_reason=f"lane {lane.name} unchanged: {len(live) - len(why)} of {len(live)} "

@@ -12,32 +12,14 @@ one at once, when a person will not wait for the next tick.
 
 import dagster as dg
 
-from resources.errors import LockstepError
 from resources.git import GitRemotes
 from resources.registry import Registry
 from resources.site.resource import SiteResource
-from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
-from tpu_assets.keys import FLOATING_TAG, HARBOR_LOCK, STATUS, VERIFIED_IMAGE
+from sensors.tick_resources import default_sensor_status, for_ticks, run_tick, site_config
 from tpu_assets.rejection import now_utc
 from tpu_assets.status import fingerprint, gather_status, newest_status_hash, status_observation
 
 STATUS_SENSOR = "status_sensor"
-
-status_spec = dg.AssetSpec(
-    STATUS,
-    deps=[FLOATING_TAG, VERIFIED_IMAGE, HARBOR_LOCK],
-    group_name="tpu",  # each location's assets are in its own group (tests/test_graph_snapshot.py)
-    kinds={"python"},
-    description=(
-        "What is deployed where, on one page: where `:tpu` is (its digest, build and the harbor it bakes), the "
-        "harbor the consumer's uv.lock makes workers install (read live), the tag hold and the harbor hold, the "
-        "newest verified build and whether a promote may take it now (soak, freeze, rejection, attestation) "
-        "with its harbor changelog, the default rollback target and why, and the lane: its rev, the image ID "
-        "each node serves against the rev's distributed one, ready since, last score against baseline. A "
-        "WARNING line for each mismatch. Observed by status_sensor (each minute, recorded only when something "
-        "changed) or at once by the refresh_status job; `lockstep status [--json]` prints the newest record."
-    ),
-)
 
 
 def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> dg.SensorDefinition:
@@ -56,12 +38,13 @@ def build_status_sensor(*, git: object, minimum_interval_seconds: int = 60) -> d
         ),
     )
     def status_sensor(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SensorResult:
-        with tick_budget(site):
-            try:
-                cfg = site.config()
-            except LockstepError as exc:
-                return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
-            status = gather_status(cfg, context.instance, git_res, registry, now=now_utc())
+        return run_tick(site, lambda: _tick(context, site, registry))
+
+    def _tick(
+        context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry
+    ) -> dg.SensorResult:
+        cfg = site_config(site)
+        status = gather_status(cfg, context.instance, git_res, registry, now=now_utc())
         # Compared with the newest record, not a cursor: a refresh_status run records too.
         if fingerprint(status) == newest_status_hash(context.instance):
             return dg.SensorResult(skip_reason=(

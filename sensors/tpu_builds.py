@@ -5,9 +5,16 @@ import dagster as dg
 
 from resources.errors import LockstepError
 from resources.git import GitRemotes
-from resources.secrets import redact
 from resources.site.resource import SiteResource
-from sensors.tick_resources import default_sensor_status, for_ticks, tick_budget
+from sensors.tick_resources import (
+    WatchedBranch,
+    default_sensor_status,
+    for_ticks,
+    moved_tip,
+    run_tick,
+    site_config,
+    skipping,
+)
 from tpu_assets.history import tag_history
 from tpu_assets.keys import VERIFIED_IMAGE
 from tpu_assets.rebuild_policy import rebuild_reason
@@ -22,16 +29,9 @@ def build_consumer_rebuild_sensor(
     site_res, git_res = for_ticks(site, SiteResource, key="site"), for_ticks(git, GitRemotes, key="git")
 
     def _tick(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        try:
-            tpu = site_res.config().tpu
-            tip = git_res.ls_remote(url=tpu.consumer_repo, branch=tpu.consumer_branch)
-        except LockstepError as exc:
-            return dg.SensorResult(skip_reason=f"cannot read the consumer branch: {exc}")
-        where = f"{tpu.consumer_branch} on {redact(tpu.consumer_repo)}"
-        if tip is None:
-            return dg.SensorResult(skip_reason=f"branch {where} does not exist")
-        if tip == context.cursor:
-            return dg.SensorResult(skip_reason=f"{where} still at {tip}")
+        tpu = site_config(site_res).tpu
+        watched = WatchedBranch(repo=tpu.consumer_repo, branch=tpu.consumer_branch)
+        tip, where = moved_tip(git_res, watched, context.cursor), watched.where
         if context.cursor is None:
             if context.instance.get_dynamic_partitions(partitions_def.name):
                 return dg.SensorResult(cursor=tip, skip_reason=f"first tick: watching {where} from {tip}")
@@ -68,8 +68,7 @@ def build_consumer_rebuild_sensor(
         ),
     )
     def consumer_rebuild_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        with tick_budget(site_res):
-            return _tick(context)
+        return run_tick(site_res, lambda: _tick(context))
 
     return consumer_rebuild_sensor
 
@@ -89,6 +88,9 @@ def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
         ),
     )
     def auto_promote_sensor(context: dg.SensorEvaluationContext, site: SiteResource) -> dg.SensorResult:
+        return skipping(lambda: _tick(context, site))
+
+    def _tick(context: dg.SensorEvaluationContext, site: SiteResource) -> dg.SensorResult:
         after = int(context.cursor) if context.cursor else None
         records = context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, after_storage_id=after), limit=100, ascending=True
@@ -97,10 +99,8 @@ def build_auto_promote_sensor(*, job_name: str) -> dg.SensorDefinition:
             return dg.SensorResult(skip_reason="no new verified build")
         cursor = str(records[-1].storage_id)
         newest = records[-1].partition_key
-        try:
-            tpu = site.config().tpu
-        except LockstepError as exc:  # cursor kept: the build is judged again once the file is fixed
-            return dg.SensorResult(skip_reason=f"site file unusable: {exc}")
+        # A skip keeps the cursor: the build is judged again once the file is fixed.
+        tpu = site_config(site).tpu
         if not tpu.auto_promote:
             return dg.SensorResult(cursor=cursor, skip_reason="auto_promote is off in the site file: promote with promote_tpu")
         if current_state(tag_history(context.instance))[1]:

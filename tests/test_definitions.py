@@ -155,7 +155,7 @@ def test_a_run_refuses_a_site_file_that_changed_since_the_location_loaded(sb: Sa
 
 def test_without_a_site_file_at_load_a_run_says_what_to_do(tmp_path: Path) -> None:
     from tpu_assets.definitions import build_defs
-    from tpu_assets.image_assets import IMAGE
+    from tpu_assets.keys import IMAGE
 
     defs = build_defs(None)
     with dg.instance_for_test() as instance:

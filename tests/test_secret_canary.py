@@ -44,7 +44,7 @@ import tomli_w
 from cryptography.hazmat.primitives import serialization
 
 from jovian_assets.definitions import jovian_resources
-from jovian_assets.node_assets import DISTRIBUTED
+from jovian_assets.keys import DISTRIBUTED
 from resources.site.load import load_site
 from sandbox.fake_iris import queue_fault
 from sandbox.jovian_world import new_lab_rev

@@ -21,7 +21,7 @@ from resources.uv import UvCli
 from sensors.alerts import build_alert_sensor
 from sensors.floating_tag import build_floating_tag_watch
 from sensors.harbor import build_harbor_branch_sensor
-from sensors.status import build_status_sensor, status_spec
+from sensors.status import build_status_sensor
 from sensors.tpu_builds import build_auto_promote_sensor, build_consumer_rebuild_sensor
 from tpu_assets.image_assets import image, smoke, verified_image
 from tpu_assets.jobs import (
@@ -48,6 +48,7 @@ from tpu_assets.promotion_assets import (
     floating_tag,
     floating_tag_bakes_locked_harbor,
 )
+from tpu_assets.status_assets import status_spec
 
 
 def tpu_resources(site: SiteConfig | None) -> dict[str, object]:

@@ -45,7 +45,6 @@ from tpu_assets.rejection import (
     policy_gate,
     refuse_rejected_rollback,
 )
-from tpu_assets.jobs import promote_tpu  # noqa: F401  the old import path (tests/tpu/crash_location.py)
 from tpu_assets.rollback import TagMove
 from tpu_assets.runtime_rollback import Scope, pin_after_image_rollback, runtime_only
 from tpu_assets.tag_lock import floating_tag_lock

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from dagster_graphql import DagsterGraphQLClient
 
-from jovian_assets.node_assets import node_pool
+from jovian_assets.keys import node_pool
 from sandbox.jovian_world import BUILD_NODE, new_lab_rev
 from sandbox.teardown import stop_sandbox
 from sandbox.world import Sandbox, advance_harbor

@@ -9,7 +9,7 @@ from pathlib import Path
 import git
 from click.testing import CliRunner
 
-from jovian_assets.adoption_assets import DEP_TABLE, DEP_TREES, SOURCE_LOCK
+from jovian_assets.keys import DEP_TABLE, DEP_TREES, SOURCE_LOCK
 from jovian_assets.revs import LAB_COMMIT_TAG
 from lockstep.cli import main as lockstep_cli
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, LAB_BRANCH, RECIPE, lock_path, new_lab_rev

@@ -11,9 +11,9 @@ import dagster as dg
 import git
 import pytest
 
-from jovian_assets.adoption_assets import BUILD_PROFILE, DEP_TABLE, FORK_CUT, SOURCE_LOCK
 from jovian_assets.dep_table import DepRow, diff_gates, gated_finding, parse_gates
 from jovian_assets.fork_cut import ONE_CUT, findings, holds
+from jovian_assets.keys import BUILD_PROFILE, DEP_TABLE, FORK_CUT, SOURCE_LOCK
 from jovian_assets.models import BranchCommit, BranchTip, ForkCut, PackageCut
 from jovian_assets.node_build import manifest_checksum, stage_build_dir
 from resources.errors import FileFormatError

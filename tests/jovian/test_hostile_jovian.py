@@ -17,10 +17,10 @@ import dagster as dg
 import git
 import pytest
 
-from jovian_assets.adoption_assets import DEP_TABLE
 from jovian_assets.dep_table import parse_cmake
 from jovian_assets.dep_trees import submodule_urls
 from jovian_assets.inputs import PathRefused, path_under
+from jovian_assets.keys import DEP_TABLE
 from jovian_assets.node_build import image_tag
 from jovian_assets.source_lock import parse_source_lock
 from resources.errors import FileFormatError

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 import tomli_w
 
-from jovian_assets.keys import LANE_SERVING
+from jovian_assets.keys import DISTRIBUTED, LANE_SERVING
 from jovian_assets.lane import (
     ENDPOINT,
     LaneBootFailed,
@@ -25,7 +25,6 @@ from jovian_assets.lane import (
 )
 from jovian_assets.lane_assets import lane, lane_serving
 from jovian_assets.models import LaneServing
-from jovian_assets.node_assets import DISTRIBUTED
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
 from resources.site.jovian import DEFAULT_READY_PATTERNS

@@ -11,9 +11,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from jovian_assets.keys import LANE, LANE_SERVING
+from jovian_assets.keys import DISTRIBUTED, LANE, LANE_SERVING
 from jovian_assets.lane_assets import lane, lane_serving
-from jovian_assets.node_assets import DISTRIBUTED
 from jovian_assets.node_build import Distribution
 from jovian_assets.partitions import lab_revs
 from lockstep.status_model import Status, render, short

@@ -11,11 +11,9 @@ import dagster as dg
 import git
 import pytest
 
-from jovian_assets.bench_assets import BENCH
 from jovian_assets.bench_tools import BenchReport
-from jovian_assets.keys import LANE_SERVING
+from jovian_assets.keys import BENCH, DISTRIBUTED, IMAGE, LANE_SERVING
 from jovian_assets.models import LaneServing
-from jovian_assets.node_assets import DISTRIBUTED, IMAGE
 from jovian_assets.node_build import NodeImage
 from sandbox.jovian_world import BUILD_BRANCH, BUILD_DIR, new_lab_rev
 from sandbox.spark_nodes import node_env, set_bench_knobs

@@ -10,7 +10,7 @@ import pytest
 from jovian_assets.dep_trees import gitlinks_populated, relative_submodule_url, submodule_urls
 from jovian_assets.fork_cut import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH, findings
 from jovian_assets.models import BranchTip, DepTree, ForkCut, PackageCut
-from jovian_assets.profile import parse_env, plan_profile, recipe_profile_placement
+from jovian_assets.profile import parse_env, plan_profile, recipe_finding, recipe_profile_placement
 from jovian_assets.source_lock import parse_source_lock
 from resources.errors import FileFormatError
 from resources.site.jovian import DEFAULT_REPOSITORY_KEYS
@@ -168,11 +168,9 @@ def test_profile_values_are_shell_quoted_and_read_back_exactly() -> None:
 
 
 def test_a_recipe_that_cannot_be_read_fails_the_recipes_check_naming_file_and_line(tmp_path: Path) -> None:
-    from jovian_assets.adoption_assets import _recipe_finding
-
     (tmp_path / "recipes/x").mkdir(parents=True)
     (tmp_path / "recipes/x/recipe.toml").write_text('name = "x"\nbuild_profile = 42\n')
-    finding = _recipe_finding(tmp_path, "recipes/x/recipe.toml")
+    finding = recipe_finding(tmp_path, "recipes/x/recipe.toml")
     assert finding is not None and not finding.passed
     assert finding.description == "recipes/x/recipe.toml:2: build_profile must be text, got int 42"
 

@@ -17,8 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from jovian_assets.adoption_assets import BUILD_PROFILE
-from jovian_assets.bench_assets import BENCH
+from jovian_assets.keys import BENCH, BUILD_PROFILE
 from tpu_assets.alert_events import BENCH_REPORT, HARBOR_LOCK, alert_for, rev_adopted_alert
 from tpu_assets.alert_events import BUILD_PROFILE as ALERTS_BUILD_PROFILE
 from resources.changelog import ChangeCommit, CommitRange, changelog_metadata

@@ -188,3 +188,51 @@ def test_a_resource_a_tick_could_not_use_as_configured_is_refused_at_load() -> N
         harbor_sensor({"site": SiteResource(), "git": GitRemotes(cache_dir=dg.EnvVar("LOCKSTEP_GIT_CACHE"))})
     with pytest.raises(TypeError, match=r"resource 'site' is a GitRemotes, not the SiteResource"):
         lab_sensor({"site": GitRemotes(), "git": GitRemotes()})
+
+
+# Where each branch watch's repo and branch are in the site: (section, repo key, branch key).
+WATCHED = {
+    "harbor_branch_sensor": ("tpu", "harbor_repo", "harbor_branch"),
+    "consumer_rebuild_sensor": ("tpu", "consumer_repo", "consumer_branch"),
+    "lab_rev_sensor": ("jovian", "lab_repo", "lab_branch"),
+}
+
+
+@pytest.mark.parametrize("sensor", sorted(WATCHED))
+def test_every_branch_watch_skips_in_one_wording(
+    sensor: str, sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared preamble (sensors/tick_resources.py): the same four skip reasons from each branch
+    watch, each keeping the cursor."""
+    monkeypatch.setattr(SiteCache, "SETTLED_NS", 0)  # each edit below is seen on the next tick
+    section, repo_key, branch_key = WATCHED[sensor]
+    watched = getattr(load_site(sb.site_file), section)
+    repo, branch = getattr(watched, repo_key), getattr(watched, branch_key)
+    text = sb.site_file.read_text(encoding="utf-8")
+    loaded = sandbox_resources(sb, tmp_path / "cache")  # as the location wired them when it loaded
+
+    def skip(edited: str, cursor: str | None) -> str:
+        sb.site_file.write_text(edited, encoding="utf-8")
+        result = sensor_tick(sensor, loaded, instance, cursor)
+        assert not result.run_requests and result.cursor is None, result  # the stored cursor stays
+        return result.skip_reason.skip_message  # type: ignore[union-attr]
+
+    def edit(key: str, old: str, new: str) -> str:
+        assert text.count(f'{key} = "{old}"') == 1, key
+        return text.replace(f'{key} = "{old}"', f'{key} = "{new}"')
+
+    with dg.instance_for_test() as instance:
+        tip = sensor_tick(sensor, loaded, instance, None).cursor
+        assert tip
+        assert skip(text, tip) == f"{branch} on {repo} still at {tip}"
+        gone = skip(edit(branch_key, branch, "penfever/gone"), tip)
+        assert gone == f"branch penfever/gone on {repo} does not exist"
+        nowhere = (tmp_path / "nowhere.git").as_uri()
+        unreadable = skip(edit(repo_key, repo, nowhere), tip)
+        assert unreadable.startswith(f"cannot read {branch} on {nowhere}: ")
+        assert "cannot reach" in unreadable
+        assert unreadable.endswith(f"(cursor kept at {tip})")
+        broken = text.replace('memory = "64GB"', 'memory = "lots"')
+        line = broken.splitlines().index('memory = "lots"') + 1
+        unusable = skip(broken, tip)
+        assert unusable.startswith(f"site file unusable: {sb.site_file}:{line}: [iris] memory")

@@ -12,8 +12,7 @@ from resources.site.load import load_site
 from sandbox.world import Sandbox, advance_harbor
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
-from tpu_assets.image_assets import IMAGE, SMOKE
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import HARBOR_LOCK, IMAGE, SMOKE
 
 TPU_ASSETS = [*(defs.assets or []), *(defs.asset_checks or [])]
 

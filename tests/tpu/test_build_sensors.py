@@ -11,7 +11,7 @@ from tests.conftest import remote_head
 from tests.support.runs import materialize
 from tests.support.sensors import tick
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import HARBOR_LOCK
 from tpu_assets.rebuild_policy import rebuild_reason
 
 

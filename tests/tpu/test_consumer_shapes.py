@@ -22,7 +22,7 @@ from sandbox.consumer_source import CONSUMER_SHAPES, ConsumerShape
 from sandbox.world import HARBOR_BRANCH, Sandbox, advance_harbor, up
 from tests.conftest import remote_file, remote_head, stop_sandbox
 from tests.support.runs import failure_message, materialize, metadata
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import HARBOR_LOCK
 from tpu_assets.relock import branch_refusal
 
 SHA = "a" * 40

@@ -18,7 +18,7 @@ from resources.heartbeat import TAIL_MARK
 from sandbox.world import SANDBOX_TOKEN_VALUE, advance_harbor
 from tests.conftest import remote_head
 from tests.support.runs import Pipeline, failure_message
-from tpu_assets.image_assets import IMAGE, SMOKE
+from tpu_assets.keys import IMAGE, SMOKE
 
 pytestmark = pytest.mark.heavy(75)  # seconds, about (both tests)
 

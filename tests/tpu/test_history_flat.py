@@ -31,7 +31,7 @@ from tpu_assets.history import (
     verified_history,
 )
 from tpu_assets.promotion import decide_move
-from tpu_assets.rejection_assets import now_utc, policy_gate
+from tpu_assets.rejection import now_utc, policy_gate
 from tpu_assets.rollback import ListedVerified, TagMove, current_state, plan_rollback
 
 

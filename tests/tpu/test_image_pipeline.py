@@ -39,7 +39,7 @@ from tests.support.runs import (
 )
 from tpu_assets.changelog import baked_harbor
 from tpu_assets.history import VERIFIED_IMAGE
-from tpu_assets.image_assets import IMAGE
+from tpu_assets.keys import IMAGE
 
 pytestmark = pytest.mark.heavy(150)  # seconds, about: the order parallel workers take modules in
 

@@ -29,8 +29,9 @@ from tests.support.runs import failure_message, materialize, metadata
 from tests.support.two_builds import Built, record_builds, site_with_own_tag, two_builds
 from tpu_assets.definitions import defs
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, tag_history, verified_history
+from tpu_assets.jobs import reject_tpu_build, release_tpu_build
 from tpu_assets.promotion_policy import shown, utc
-from tpu_assets.rejection_assets import reject_tpu_build, rejections, release_tpu_build
+from tpu_assets.rejection import rejections
 from tpu_assets.tag_log import log_disagreement
 
 pytestmark = pytest.mark.heavy(120)  # seconds, about: the order parallel workers take modules in

@@ -19,7 +19,8 @@ from tests.conftest import commit_count, remote_file, remote_head
 from tests.support.runs import checks, failure_message, materialize, metadata
 from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
-from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK, lock_and_dockerfile_agree
+from tpu_assets.keys import HARBOR_HEAD, HARBOR_LOCK
+from tpu_assets.lock_assets import lock_and_dockerfile_agree
 
 
 def relock(resources: dict[str, object], instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:

@@ -27,7 +27,7 @@ from tests.support.runs import Pipeline, failure_message, materialize
 from tpu_assets.definitions import harbor_sensor
 from tpu_assets.dockerfile import find_pin
 from tpu_assets.harbor_hold import HOLD, LOCK_ACTION, read_hold
-from tpu_assets.lock_assets import HARBOR_HEAD, HARBOR_LOCK
+from tpu_assets.keys import HARBOR_HEAD, HARBOR_LOCK
 
 pytestmark = pytest.mark.heavy(180)  # seconds, about, unloaded (three tests, two builds each)
 

@@ -16,9 +16,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from jovian_assets.bench_assets import BENCH
 from jovian_assets.bench_tools import BenchReport
-from jovian_assets.keys import LANE_SERVING
+from jovian_assets.keys import BENCH, LANE_SERVING
 from jovian_assets.models import LaneServing
 from lockstep.graphql import Webserver
 from lockstep.status_cmd import plan_text

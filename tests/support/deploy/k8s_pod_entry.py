@@ -25,14 +25,8 @@ import dagster as dg
 def main(argv: list[str]) -> int:
     step, rev = argv
     Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)  # the image makes it; a base does not
-    from jovian_assets.adoption_assets import (
-        BUILD_PROFILE,
-        DEP_TABLE,
-        DEP_TREES,
-        FORK_CUT,
-        SOURCE_LOCK,
-    )
     from jovian_assets.definitions import defs
+    from jovian_assets.keys import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
     from jovian_assets.node_build import stage_build_dir
     from resources.site.load import load_site
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import dagster as dg
 
-from jovian_assets.adoption_assets import BUILD_PROFILE, DEP_TABLE, DEP_TREES, FORK_CUT, SOURCE_LOCK
-from jovian_assets.bench_assets import BENCH
 from jovian_assets.definitions import defs, lab_sensor
-from jovian_assets.node_assets import IMAGE
+from jovian_assets.keys import (
+    BENCH,
+    BUILD_PROFILE,
+    DEP_TABLE,
+    DEP_TREES,
+    FORK_CUT,
+    IMAGE,
+    SOURCE_LOCK,
+)
 from sandbox.world import Sandbox
 
 ASSETS = list(defs.assets or [])

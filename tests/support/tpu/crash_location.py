@@ -15,7 +15,7 @@ from resources.registry import ImageRef
 from resources.site.load import site_at_load
 from tests.support.tpu.registries import ARM_ENV, HeldAfterPut
 from tpu_assets.definitions import build_defs
-from tpu_assets.promotion_assets import promote_tpu
+from tpu_assets.jobs import promote_tpu
 
 
 @dg.sensor(job=promote_tpu, minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING)

@@ -36,7 +36,7 @@ from resources.links import commit_entries, digest_entries
 from resources.site.schema import SiteConfig
 from tpu_assets.history import FLOATING_TAG, VERIFIED_IMAGE, move_metadata
 from tpu_assets.partitions import tpu_builds
-from tpu_assets.rejection_assets import rejection_observation
+from tpu_assets.rejection import rejection_observation
 from tpu_assets.rollback import TagMove
 
 SITE = {
