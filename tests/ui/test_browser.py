@@ -63,7 +63,7 @@ from tests.support.ui.dagster_dev import ROOT, Demo, lockstep_command, stop_sens
 from tpu_assets.definitions import defs as tpu_defs
 from tpu_assets.harbor_hold import HOLD
 from tpu_assets.history import FLOATING_TAG
-from tpu_assets.lock_assets import HARBOR_LOCK
+from tpu_assets.keys import HARBOR_LOCK
 
 pytestmark = pytest.mark.heavy(380)  # about the seconds the module takes alone (-n 0)
 
