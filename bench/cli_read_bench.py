@@ -1,19 +1,20 @@
-"""`lockstep status`, `promote --plan`, `rollback --plan` (read commands, from a fresh process) vs `import dagster`, side by side.
+"""`lockstep status`, `promote --plan`, `rollback --plan` (read commands, from a fresh process) vs
+`import dagster`, side by side.
 
     uv run python bench/cli_read_bench.py [--repeat 15]
 
 Issue 26: a read command answers in at most 1.5 s from a fresh process. It reads the newest
-`lockstep/status` observation through the webserver's GraphQL (lockstep/graphql.py) and never imports
-dagster. This bench prepares an instance in a temp dir with one status observation (recorded as
-status_sensor records it: tpu_assets/status.py `status_observation`), starts `dagster-webserver` on
-it (the repo's workspace, no site file), then times, alternating, fresh processes of
+`lockstep/status` observation through the webserver's GraphQL (lockstep/graphql.py) and never
+imports dagster. This bench prepares an instance in a temp dir with one status observation (recorded
+as status_sensor records it: tpu_assets/status.py `status_observation`), starts `dagster-webserver`
+on it (the repo's workspace, no site file), then times, alternating, fresh processes of
 `lockstep status --json`, `lockstep status` (the human form, which also asks for the sensor's last
-tick) and `python -c "import dagster"` (the reference): wall seconds from the start until the process
-ends, medians. Then `-X importtime` of `lockstep status --json` checks that dagster is not imported
-and names the dearest packages it does import.
+tick) and `python -c "import dagster"` (the reference): wall seconds from the start until the
+process ends, medians. Then `-X importtime` of `lockstep status --json` checks that dagster is not
+imported and names the dearest packages it does import.
 
-Asserts nothing about timings. Its last line is the slowest read command's ratio to `import dagster`.
-The webserver is stopped by its PID (its process group) at the end.
+Asserts nothing about timings. Its last line is the slowest read command's ratio to `import
+dagster`. The webserver is stopped by its PID (its process group) at the end.
 """
 
 from __future__ import annotations
@@ -38,18 +39,28 @@ WEBSERVER = Path(sys.executable).parent / "dagster-webserver"
 
 
 def clean_env(work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LOCKSTEP_", "DAGSTER_")) and k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LOCKSTEP_", "DAGSTER_"))
+        and k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")
+    }
     for name in ("home", "dagster_home", "cache", "pycache", "cwd"):
         (work / name).mkdir()
     (work / "dagster_home" / "dagster.yaml").write_text("")
-    env.update(PYTHONPATH=str(ROOT), HOME=str(work / "home"), DAGSTER_HOME=str(work / "dagster_home"),
-               LOCKSTEP_CACHE=str(work / "cache"), PYTHONPYCACHEPREFIX=str(work / "pycache"))
+    env.update(
+        PYTHONPATH=str(ROOT),
+        HOME=str(work / "home"),
+        DAGSTER_HOME=str(work / "dagster_home"),
+        LOCKSTEP_CACHE=str(work / "cache"),
+        PYTHONPYCACHEPREFIX=str(work / "pycache"),
+    )
     return env
 
 
 def record_status(home: Path) -> None:
-    """One status observation on the instance at `home`, shaped as on a site with a lane (in this process:
+    """One status observation on the instance at `home`,
+    shaped as on a site with a lane (in this process:
     it imports dagster, the timed commands must not)."""
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
@@ -67,23 +78,58 @@ def record_status(home: Path) -> None:
     )
     from tpu_assets.status import status_observation
 
-    tpu = TpuFacts(image="registry.example/lockstep/tpu-runtime", tag="tpu", digest="sha256:" + "d" * 64,
-                   build="c" * 40, baked_harbor="a" * 40, baked_from="verified record")
+    tpu = TpuFacts(
+        image="registry.example/lockstep/tpu-runtime",
+        tag="tpu",
+        digest="sha256:" + "d" * 64,
+        build="c" * 40,
+        baked_harbor="a" * 40,
+        baked_from="verified record",
+    )
     consumer = ConsumerLock(branch="main", head="e" * 40, harbor_commit="b" * 40)
-    lanes = [LaneFacts(name="glm53-2x", action="boot", rev="r28", tag="jovian-judgement:r28-glm53",
-                       expected_image_id="sha256:" + "1" * 64, nodes={"spark-a": "sha256:" + "1" * 64,
-                                                                     "spark-b": "sha256:" + "1" * 64},
-                       ready_since=time.time() - 3600, score=87, baseline="86 (r27, run x)", gate_passed=True,
-                       bench_at=time.time() - 3000)]
-    plan = "\n".join([":tpu is at sha256:dddd."] + [f"  build {i}{'0' * 7} sha256:{i * 12}: refused: why" for i in range(1, 6)])
-    status = Status(as_of=time.time(), tpu=tpu, consumer=consumer, tag_hold=Hold(held=False), harbor_hold=Hold(held=False),
-                    newest_build=NewestBuild(build="f" * 40, digest="sha256:" + "9" * 64, harbor_commit="b" * 40,
-                                             verified_at=time.time() - 600, promotable=False,
-                                             refusals=[Refusal(rule="soak", message="soak: promotable at ...")],
-                                             changelog="harbor aaaaaaaa -> bbbbbbbb: 3 commits added"),
-                    rollback=RollbackFacts(target_build="1" * 40, target_digest="sha256:" + "1" * 64, explanation=plan,
-                                           scopes="What each scope changes:\n  image: ...\n  runtime: ..."),
-                    lanes=lanes, warnings=mismatch_warnings(tpu, consumer, lanes))
+    lanes = [
+        LaneFacts(
+            name="glm53-2x",
+            action="boot",
+            rev="r28",
+            tag="jovian-judgement:r28-glm53",
+            expected_image_id="sha256:" + "1" * 64,
+            nodes={"spark-a": "sha256:" + "1" * 64, "spark-b": "sha256:" + "1" * 64},
+            ready_since=time.time() - 3600,
+            score=87,
+            baseline="86 (r27, run x)",
+            gate_passed=True,
+            bench_at=time.time() - 3000,
+        )
+    ]
+    plan = "\n".join(
+        [":tpu is at sha256:dddd."]
+        + [f"  build {i}{'0' * 7} sha256:{i * 12}: refused: why" for i in range(1, 6)]
+    )
+    status = Status(
+        as_of=time.time(),
+        tpu=tpu,
+        consumer=consumer,
+        tag_hold=Hold(held=False),
+        harbor_hold=Hold(held=False),
+        newest_build=NewestBuild(
+            build="f" * 40,
+            digest="sha256:" + "9" * 64,
+            harbor_commit="b" * 40,
+            verified_at=time.time() - 600,
+            promotable=False,
+            refusals=[Refusal(rule="soak", message="soak: promotable at ...")],
+            changelog="harbor aaaaaaaa -> bbbbbbbb: 3 commits added",
+        ),
+        rollback=RollbackFacts(
+            target_build="1" * 40,
+            target_digest="sha256:" + "1" * 64,
+            explanation=plan,
+            scopes="What each scope changes:\n  image: ...\n  runtime: ...",
+        ),
+        lanes=lanes,
+        warnings=mismatch_warnings(tpu, consumer, lanes),
+    )
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         instance.report_runless_asset_event(status_observation(status))
 
@@ -100,9 +146,23 @@ def start_webserver(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[by
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
-        proc = subprocess.Popen([str(WEBSERVER), "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(WEBSERVER),
+                "-w",
+                str(ROOT / "workspace.yaml"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -135,14 +195,25 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=120, check=False)
     wall = time.perf_counter() - start
-    if done.returncode not in (0, 1):  # 1: the status holds a warning, which this one does on purpose
-        sys.exit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr.decode(errors='replace')[-2000:]}")
+    # 1: the status holds a warning, which this one does on purpose
+    if done.returncode not in (0, 1):
+        sys.exit(
+            f"{' '.join(argv)} exited "
+            f"{done.returncode}:\n{done.stderr.decode(errors='replace')[-2000:]}"
+        )
     return wall
 
 
 def importtime(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, tuple[int, int]]:
-    done = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     found = {}
     for line in done.stderr.splitlines():
         if line.startswith("import time:") and "|" in line and "self [us]" not in line:
@@ -170,15 +241,19 @@ def main() -> None:
             "lockstep rollback --plan": [str(LOCKSTEP), "rollback", "--plan", "--url", url],
             "python -c 'import dagster'": [sys.executable, "-c", "import dagster"],
         }
-        for argv in commands.values():  # warm-up: the bytecode cache, the webserver's first GraphQL answer
+        # warm-up: the bytecode cache, the webserver's first GraphQL answer
+        for argv in commands.values():
             timed(argv, env, cwd)
         runs: dict[str, list[float]] = defaultdict(list)
         for _ in range(args.repeat):
             for name, argv in commands.items():
                 runs[name].append(timed(argv, env, cwd))
 
-        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; medians of {args.repeat} fresh processes "
-              "each, alternating, against a local dagster-webserver")
+        print(
+            f"python {sys.version.split()[0]}, {os.cpu_count()} cores; medians of {args.repeat} "
+            "fresh processes "
+            "each, alternating, against a local dagster-webserver"
+        )
         ref = statistics.median(runs["python -c 'import dagster'"])
         print(f"{'':30}{'wall s':>8}{'min':>7}{'max':>7}{'/ import dagster':>18}")
         for name, walls in runs.items():
@@ -187,18 +262,28 @@ def main() -> None:
 
         table = importtime([str(LOCKSTEP), "status", "--url", url, "--json"], env, cwd)
         dagster = sorted(m for m in table if m == "dagster" or m.startswith("dagster."))
-        print(f"\n-X importtime of `lockstep status --json`: {len(table)} modules, "
-              f"{sum(s for s, _ in table.values()) / 1000:.0f} ms self time; dagster modules imported: {len(dagster)}"
-              + (f" ({', '.join(dagster[:5])})" if dagster else ""))
+        print(
+            f"\n-X importtime of `lockstep status --json`: {len(table)} modules, "
+            f"{sum(s for s, _ in table.values()) / 1000:.0f} ms self time; dagster modules "
+            f"imported: {len(dagster)}" + (f" ({', '.join(dagster[:5])})" if dagster else "")
+        )
         top: dict[str, float] = defaultdict(float)
         for name, (self_us, _) in table.items():
             top[name.split(".")[0]] += self_us / 1000
-        print("  dearest packages (self ms): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]))
+        print(
+            "  dearest packages (self ms): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8])
+        )
         # The slowest read command decides: each must answer within the goal.
-        name, status_s = max(((n, statistics.median(w)) for n, w in runs.items() if n.startswith("lockstep")),
-                             key=lambda kv: kv[1])
-        print(f"RATIO slowest read command ({name}) / import dagster: {status_s / ref:.2f} ({status_s:.2f} s vs "
-              f"{ref:.2f} s; goal <= {GOAL_S} s)")
+        name, status_s = max(
+            ((n, statistics.median(w)) for n, w in runs.items() if n.startswith("lockstep")),
+            key=lambda kv: kv[1],
+        )
+        print(
+            f"RATIO slowest read command ({name}) / import dagster: {status_s / ref:.2f} "
+            f"({status_s:.2f} s vs "
+            f"{ref:.2f} s; goal <= {GOAL_S} s)"
+        )
     finally:
         if proc is not None:
             stop(proc)

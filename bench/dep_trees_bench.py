@@ -1,10 +1,11 @@
-"""jovian/dep_trees on real-sized repos: a first rev vs plain clones of the same pins, then a second rev.
+"""jovian/dep_trees on real-sized repos: a first rev
+vs plain clones of the same pins, then a second rev.
 
     uv run python bench/dep_trees_bench.py [--mib 216] [--repeat 3] [--move cutlass] [--ahead 20]
 
-Generates 8 bare repos shaped like vLLM's cmake dependencies (cutlass, vllm-flash-attn, flashmla, ...)
-with `git fast-import` fed from Python: `--mib` MiB of incompressible blobs in total, over a few
-hundred commits each that rewrite 2 files at a time (so a checkout is about a fifth of a repo's
+Generates 8 bare repos shaped like vLLM's cmake dependencies (cutlass, vllm-flash-attn, flashmla,
+...) with `git fast-import` fed from Python: `--mib` MiB of incompressible blobs in total, over a
+few hundred commits each that rewrite 2 files at a time (so a checkout is about a fifth of a repo's
 history). flashmla's tree has a gitlink `csrc/cutlass` (relative url `../cutlass.git`) to an older
 cutlass commit than the cutlass pin, as in vLLM. Rev 1 pins every dep 40 commits behind its tip;
 rev 2 moves `--move` `--ahead` commits later and keeps the other seven.
@@ -20,9 +21,11 @@ Side by side, `--repeat` times, the order rotated each round so a neighbour's lo
 
 - lockstep: `fetch_dep` for each dep (what the `jovian/dep_trees` asset runs) into a fresh cache,
   gitlinks populated; then rev 2 on that warm cache;
-- plain: `git clone --no-checkout` + `git checkout --detach PIN` + `git submodule update --init --recursive`;
+- plain: `git clone --no-checkout` + `git checkout --detach
+  PIN` + `git submodule update --init --recursive`;
 - blobless: the same with `--filter=blob:none` on the clone and the submodule update;
-- shallow: `git init` + `git fetch --depth 1 origin PIN` + checkout + `submodule update --init --depth 1`;
+- shallow: `git init` + `git fetch --depth 1 origin
+  PIN` + checkout + `submodule update --init --depth 1`;
 
 each into empty directories. Every tree is checked at its pin with a clean status and the gitlink
 at its recorded commit. Medians are compared. Asserts nothing about timings.
@@ -49,9 +52,9 @@ from pathlib import Path
 # Run as a script: the repo root is not on sys.path, and the server helpers live with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jovian_assets.dep_trees import fetch_dep, gitlinks_populated  # noqa: E402
-from resources.git import GitRemotes  # noqa: E402
-from tests.support.servers import (  # noqa: E402
+from jovian_assets.dep_trees import fetch_dep, gitlinks_populated
+from resources.git import GitRemotes
+from tests.support.servers import (
     ServerNotReady,
     start_on_free_port,
     stop_process,
@@ -72,7 +75,15 @@ _GIT_ENV = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=_GIT_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
     return proc.stdout.strip()
@@ -81,23 +92,42 @@ def git(*args: str, cwd: Path | None = None) -> str:
 # -- the repos -------------------------------------------------------------------------------------
 
 
-def generate(path: Path, *, history: int, files: int, commits: int, seed: int,
-             gitlink: tuple[str, list[str]] | None = None) -> list[str]:
-    """A bare repo with `history` bytes of random blobs over `commits` commits; returns the shas, oldest first.
+def generate(
+    path: Path,
+    *,
+    history: int,
+    files: int,
+    commits: int,
+    seed: int,
+    gitlink: tuple[str, list[str]] | None = None,
+) -> list[str]:
+    """A bare repo with `history` bytes of random blobs
+    over `commits` commits; returns the shas, oldest first.
 
     `gitlink` = (path, target commits): every commit records a gitlink that steps forward through
     the target's history, stopping well behind its tip."""
     git("init", "--quiet", "--bare", "--initial-branch=main", str(path))
-    for key, value in (("uploadpack.allowFilter", "true"), ("uploadpack.allowReachableSHA1InWant", "true")):
+    for key, value in (
+        ("uploadpack.allowFilter", "true"),
+        ("uploadpack.allowReachableSHA1InWant", "true"),
+    ):
         git("config", key, value, cwd=path)
     rnd = random.Random(seed)
     average = history // (files + CHANGED_PER_COMMIT * (commits - 1))
     sizes = [max(1024, int(average * rnd.uniform(0.25, 1.75))) for _ in range(files)]
-    names = [f"{('include', 'csrc', 'kernels', 'python', 'tools')[i % 5]}/d{i % 7}/f{i:04d}.bin" for i in range(files)]
-    # The blobs are random, so no delta can help: above the 1 KiB threshold fast-import stores each whole
-    # without trying one, and level 0 skips deflating what would not shrink (bytes on the wire are the same).
-    proc = subprocess.Popen(["git", "-c", "pack.compression=0", "fast-import", "--quiet", "--big-file-threshold=1k"],
-                            cwd=path, stdin=subprocess.PIPE, env=_GIT_ENV)
+    names = [
+        f"{('include', 'csrc', 'kernels', 'python', 'tools')[i % 5]}/d{i % 7}/f{i:04d}.bin"
+        for i in range(files)
+    ]
+    # The blobs are random, so no delta can help: above the 1 KiB threshold fast-import stores each
+    # whole without trying one, and level 0 skips deflating what
+    # would not shrink (bytes on the wire are the same).
+    proc = subprocess.Popen(
+        ["git", "-c", "pack.compression=0", "fast-import", "--quiet", "--big-file-threshold=1k"],
+        cwd=path,
+        stdin=subprocess.PIPE,
+        env=_GIT_ENV,
+    )
     assert proc.stdin is not None
     out = proc.stdin
     mark = 0
@@ -110,15 +140,24 @@ def generate(path: Path, *, history: int, files: int, commits: int, seed: int,
             out.write(b"blob\nmark :%d\ndata %d\n" % (mark, size) + os.urandom(size) + b"\n")
             lines.append(b"M 100644 :%d %s\n" % (mark, names[i].encode()))
         message = b"%s commit %d" % (path.stem.encode(), c)
-        out.write(b"commit refs/heads/main\ncommitter Bench <bench@example.invalid> %d +0000\ndata %d\n%s\n"
-                  % (1_700_000_000 + c * 3600, len(message), message))
+        out.write(
+            (
+                b"commit refs/heads/main\ncommitter Bench <bench@example.invalid> %d "
+                b"+0000\ndata %d\n%s\n"
+            )
+            % (1_700_000_000 + c * 3600, len(message), message)
+        )
         out.write(b"".join(lines))
         if gitlink is not None:
             link_path, targets = gitlink
             if c == 0:
-                modules = f'[submodule "{link_path}"]\n\tpath = {link_path}\n\turl = ../{GITLINK_TARGET}.git\n'.encode()
+                modules = (
+                    f'[submodule "{link_path}"]\n\tpath = {link_path}\n\turl = '
+                    f"../{GITLINK_TARGET}.git\n"
+                ).encode()
                 out.write(b"M 100644 inline .gitmodules\ndata %d\n%s\n" % (len(modules), modules))
-            step = (len(targets) - 3 * PIN_BEHIND_TIP) * c // commits  # moves every commit or so, stays old
+            # moves every commit or so, stays old
+            step = (len(targets) - 3 * PIN_BEHIND_TIP) * c // commits
             out.write(b"M 160000 %s %s\n" % (targets[step].encode(), link_path.encode()))
         out.write(b"\n")
     out.close()
@@ -132,8 +171,14 @@ def generate_all(root: Path, total_mib: int) -> dict[str, list[str]]:
     shas: dict[str, list[str]] = {}
     for seed, (name, share, files, commits) in enumerate(DEPS):
         link = (GITLINK_PATH, shas[GITLINK_TARGET]) if name == GITLINK_PARENT else None
-        shas[name] = generate(root / f"{name}.git", history=int(share * scale * MiB), files=files,
-                              commits=commits, seed=seed, gitlink=link)
+        shas[name] = generate(
+            root / f"{name}.git",
+            history=int(share * scale * MiB),
+            files=files,
+            commits=commits,
+            seed=seed,
+            gitlink=link,
+        )
     return shas
 
 
@@ -151,17 +196,42 @@ def start_daemon(root: Path) -> Daemon:
         log = root.parent / "daemon.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", f"--base-path={root}",
-                 "--export-all", "--informative-errors", str(root)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=_GIT_ENV,
-            )  # fmt: skip
+                [
+                    "git",
+                    "daemon",
+                    "--reuseaddr",
+                    "--listen=127.0.0.1",
+                    f"--port={port}",
+                    f"--base-path={root}",
+                    "--export-all",
+                    "--informative-errors",
+                    str(root),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=_GIT_ENV,
+            )
         daemon = Daemon(proc, port)
         probe = ["git", "ls-remote", "--", f"git://127.0.0.1:{port}/{DEPS[0][0]}.git"]
         wait_until_ready(
-            proc, lambda: subprocess.run(probe, capture_output=True, env=_GIT_ENV, timeout=10, check=False).returncode == 0,
-            timeout_s=15, interval_s=0.05, log=log, tail_chars=2000, stop=lambda: stop_daemon(daemon),
-            message=lambda code, tail: f"git daemon did not serve on port {port} (exit {code}); its log:\n{tail}",
-        )  # fmt: skip
+            proc,
+            lambda: (
+                subprocess.run(
+                    probe, capture_output=True, env=_GIT_ENV, timeout=10, check=False
+                ).returncode
+                == 0
+            ),
+            timeout_s=15,
+            interval_s=0.05,
+            log=log,
+            tail_chars=2000,
+            stop=lambda: stop_daemon(daemon),
+            message=lambda code, tail: (
+                f"git daemon did not serve on port {port} (exit {code}); its log:\n{tail}"
+            ),
+        )
         return daemon
 
     return start_on_free_port(start)
@@ -259,7 +329,8 @@ class Run:
 
 
 def check_tree(path: Path, pin: str, gitlink: str | None) -> None:
-    """At the pin, nothing modified or missing, the gitlink checked out (a .git) at its recorded commit."""
+    """At the pin, nothing modified or missing, the
+    gitlink checked out (a .git) at its recorded commit."""
     head = git("rev-parse", "HEAD", cwd=path)
     assert head == pin, (path, head, pin)
     status = git("status", "--porcelain", "--ignore-submodules=none", cwd=path)
@@ -270,12 +341,21 @@ def check_tree(path: Path, pin: str, gitlink: str | None) -> None:
         assert git("rev-parse", "HEAD", cwd=sub) == gitlink, sub
 
 
-def lockstep_rev(remotes: GitRemotes, proxy: CountingProxy, rev: str, pins: dict[str, str], url: Callable[[str], str],
-                 gitlink: str) -> Run:
+def lockstep_rev(
+    remotes: GitRemotes,
+    proxy: CountingProxy,
+    rev: str,
+    pins: dict[str, str],
+    url: Callable[[str], str],
+    gitlink: str,
+) -> Run:
     root = remotes.trees_dir() / "jovian" / rev / "deps"
     proxy.take()
     start = time.perf_counter()
-    trees = [fetch_dep(remotes, name=name, repository=url(name), tag=pin, dest=root / name) for name, pin in pins.items()]
+    trees = [
+        fetch_dep(remotes, name=name, repository=url(name), tag=pin, dest=root / name)
+        for name, pin in pins.items()
+    ]
     seconds = time.perf_counter() - start
     wire = proxy.take()
     errors = [f"{t.name}: {t.error}" for t in trees if t.error]
@@ -283,12 +363,20 @@ def lockstep_rev(remotes: GitRemotes, proxy: CountingProxy, rev: str, pins: dict
     finding = gitlinks_populated(trees)
     assert finding.passed, finding.description
     for tree in trees:
-        check_tree(root / tree.name, pins[tree.name], gitlink if tree.name == GITLINK_PARENT else None)
+        check_tree(
+            root / tree.name, pins[tree.name], gitlink if tree.name == GITLINK_PARENT else None
+        )
     return Run(seconds, wire, sum(t.bytes_fetched for t in trees))
 
 
-def reference(kind: str, proxy: CountingProxy, root: Path, pins: dict[str, str], url: Callable[[str], str],
-              gitlink: str) -> Run:
+def reference(
+    kind: str,
+    proxy: CountingProxy,
+    root: Path,
+    pins: dict[str, str],
+    url: Callable[[str], str],
+    gitlink: str,
+) -> Run:
     root.mkdir(parents=True)
     proxy.take()
     start = time.perf_counter()
@@ -321,10 +409,18 @@ def gitlink_at(repo: Path, pin: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=int, default=216, help="MiB of history across the 8 repos (default 216)")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of every way; medians compared (default 3)")
-    parser.add_argument("--move", default="cutlass", choices=[d[0] for d in DEPS], help="the dep rev 2 moves")
-    parser.add_argument("--ahead", type=int, default=20, help="commits rev 2 moves it by (default 20)")
+    parser.add_argument(
+        "--mib", type=int, default=216, help="MiB of history across the 8 repos (default 216)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds of every way; medians compared (default 3)"
+    )
+    parser.add_argument(
+        "--move", default="cutlass", choices=[d[0] for d in DEPS], help="the dep rev 2 moves"
+    )
+    parser.add_argument(
+        "--ahead", type=int, default=20, help="commits rev 2 moves it by (default 20)"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="lockstep-deptrees-bench-"))
@@ -348,18 +444,28 @@ def main() -> None:
         def url(name: str) -> str:
             return f"git://127.0.0.1:{port}/{name}.git"
 
-        print(f"generated 8 repos, {history / MiB:,.1f} MiB of packs, {sum(len(s) for s in shas.values())} commits, "
-              f"in {generated_s:.1f} s; git daemon pid {daemon.proc.pid} ({git('--version')}), protocol v2, "
-              f"counting proxy on 127.0.0.1:{port}")  # fmt: skip
-        runs: dict[str, list[Run]] = {k: [] for k in ("lockstep", "lockstep rev 2", "plain", "blobless", "shallow")}
+        print(
+            f"generated 8 repos, {history / MiB:,.1f} MiB of packs, "
+            f"{sum(len(s) for s in shas.values())} commits, "
+            f"in {generated_s:.1f} s; git daemon pid {daemon.proc.pid} ({git('--version')}), "
+            "protocol v2, "
+            f"counting proxy on 127.0.0.1:{port}"
+        )
+        runs: dict[str, list[Run]] = {
+            k: [] for k in ("lockstep", "lockstep rev 2", "plain", "blobless", "shallow")
+        }
         ways = ["lockstep", "plain", "blobless", "shallow"]
         for round_ in range(args.repeat):
-            for way in ways[round_ % len(ways):] + ways[: round_ % len(ways)]:
+            for way in ways[round_ % len(ways) :] + ways[: round_ % len(ways)]:
                 where = work / f"round{round_}-{way}"
                 if way == "lockstep":
-                    remotes = GitRemotes(cache_dir=str(where / "cache" / "git"), timeout_s=600, url_schemes=["git"])
+                    remotes = GitRemotes(
+                        cache_dir=str(where / "cache" / "git"), timeout_s=600, url_schemes=["git"]
+                    )
                     runs["lockstep"].append(lockstep_rev(remotes, proxy, "r1", rev1, url, link1))
-                    runs["lockstep rev 2"].append(lockstep_rev(remotes, proxy, "r2", rev2, url, link2))
+                    runs["lockstep rev 2"].append(
+                        lockstep_rev(remotes, proxy, "r2", rev2, url, link2)
+                    )
                 else:
                     runs[way].append(reference(way, proxy, where, rev1, url, link1))
                 shutil.rmtree(where)
@@ -367,30 +473,62 @@ def main() -> None:
         def med(way: str, pick: Callable[[Run], float]) -> float:
             return statistics.median(pick(r) for r in runs[way])
 
-        plain_b, plain_s = med("plain", lambda r: r.wire.received), med("plain", lambda r: r.seconds)
-        print(f"\nrev 1: 8 deps at their pins (+ flashmla's {GITLINK_PATH} gitlink), medians of {args.repeat} rounds")
-        print(f"{'':16}{'bytes received':>16}{'/ plain':>9}{'seconds':>9}{'/ plain':>9}  upload-pack sessions")
+        plain_b, plain_s = (
+            med("plain", lambda r: r.wire.received),
+            med("plain", lambda r: r.seconds),
+        )
+        print(
+            f"\nrev 1: 8 deps at their pins (+ flashmla's {GITLINK_PATH} gitlink), medians of "
+            f"{args.repeat} rounds"
+        )
+        print(
+            f"{'':16}{'bytes received':>16}{'/ plain':>9}{'seconds':>9}{'/ plain':>9}  "
+            "upload-pack sessions"
+        )
         for way in ("lockstep", "plain", "blobless", "shallow"):
             b, s = med(way, lambda r: r.wire.received), med(way, lambda r: r.seconds)
             sessions = sum(runs[way][0].wire.sessions.values())
-            print(f"{way:16}{int(b):>16,}{b / plain_b:>8.3f}x{s:>9.2f}{s / plain_s:>8.3f}x  {sessions}")
+            print(
+                f"{way:16}{int(b):>16,}{b / plain_b:>8.3f}x{s:>9.2f}{s / plain_s:>8.3f}x  "
+                f"{sessions}"
+            )
         r1_b = med("lockstep", lambda r: r.wire.received)
         r2_b = med("lockstep rev 2", lambda r: r.wire.received)
         r2 = runs["lockstep rev 2"][0]
-        print(f"\nrev 2: {args.move} moved {args.ahead} commits, the other 7 kept, on rev 1's cache")
-        print(f"lockstep rev 2: {int(r2_b):,} bytes received ({r2_b / r1_b:.2%} of rev 1's), "
-              f"{med('lockstep rev 2', lambda r: r.seconds):.2f} s; sessions by repo: {dict(r2.wire.sessions)}")
-        print(f"lockstep's bytes_fetched metadata (mirror growth): rev 1 {int(med('lockstep', lambda r: r.recorded)):,}, "
-              f"rev 2 {int(med('lockstep rev 2', lambda r: r.recorded)):,}")
-        print("all seconds: " + "; ".join(f"{w} " + ", ".join(f"{r.seconds:.2f}" for r in rs) for w, rs in runs.items()))
-        print(f"load average when the timings ended: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
-              "(anything above the bench's own ~1 shared the machine)")
+        print(
+            f"\nrev 2: {args.move} moved {args.ahead} commits, the other 7 kept, on rev 1's cache"
+        )
+        print(
+            f"lockstep rev 2: {int(r2_b):,} bytes received ({r2_b / r1_b:.2%} of rev 1's), "
+            f"{med('lockstep rev 2', lambda r: r.seconds):.2f} s; sessions by repo: "
+            f"{dict(r2.wire.sessions)}"
+        )
+        print(
+            "lockstep's bytes_fetched metadata (mirror growth): rev 1 "
+            f"{int(med('lockstep', lambda r: r.recorded)):,}, "
+            f"rev 2 {int(med('lockstep rev 2', lambda r: r.recorded)):,}"
+        )
+        print(
+            "all seconds: "
+            + "; ".join(
+                f"{w} " + ", ".join(f"{r.seconds:.2f}" for r in rs) for w, rs in runs.items()
+            )
+        )
+        print(
+            f"load average when the timings ended: {os.getloadavg()[0]:.2f} on {os.cpu_count()} "
+            "cores "
+            "(anything above the bench's own ~1 shared the machine)"
+        )
 
         goals = [  # figure, value, goal
             ("dep trees, first rev: bytes / plain git clone of the same pins", r1_b / plain_b, 1.0),
-            ("dep trees, first rev: seconds / plain git clone of the same pins", med("lockstep", lambda r: r.seconds) / plain_s, 1.0),
+            (
+                "dep trees, first rev: seconds / plain git clone of the same pins",
+                med("lockstep", lambda r: r.seconds) / plain_s,
+                1.0,
+            ),
             ("second rev moving 1 of 8: bytes fetched / first rev's", r2_b / r1_b, 0.15),
-        ]  # fmt: skip
+        ]
         figure, value, goal = max(goals, key=lambda g: g[1] / g[2])
         print(f"RATIO {figure}: {value:.3f} (goal <= {goal})")
     finally:

@@ -1,4 +1,5 @@
-"""Fan-out on a bandwidth-limited lane: 1 source and 3 nodes in network namespaces, each link shaped.
+"""Fan-out on a bandwidth-limited lane: 1 source
+and 3 nodes in network namespaces, each link shaped.
 
     uv run python bench/lane_fanout_bench.py [--mib 320] [--rate-mib 100] [--repeat 3]
 
@@ -7,16 +8,17 @@ namespace and four node namespaces (`lsb<id>-src`, `-a`, `-b`, `-c`), one veth p
 to the bridge, addresses in 10.<x>.<y>.0/24, and a tbf qdisc on BOTH ends of every veth, so each
 node's link carries --rate-mib MiB/s each way (`tc -s` is read afterwards to show it shaped). Nodes
 a, b, c each run their own sshd (`ip netns exec NS sshd -D -e -f CFG`, stopped by PID). lockstep
-runs in the source namespace (a child of this script: `ip netns exec lsb<id>-src python ... --inner`),
-so the source's uplink is the link every star copy crosses, as the build node's (or the Dagster
-host's) is on a real lane.
+runs in the source namespace (a child of this script: `ip netns exec lsb<id>-src python ...
+--inner`), so the source's uplink is the link every star copy crosses, as the build node's (or the
+Dagster host's) is on a real lane.
 
 Then, alternating --repeat times and compared by medians, lockstep's SparkNodes streams
 `head -c N /dev/zero` (a local node in the source namespace) to `cat > /dev/null`:
   1 node            pipe to a
   star, parallel    pipe to a, b, c (three copies on the uplink)
   star, sequential  pipe to a, then b, then c
-  relay             SparkNodes.relay along a -> b -> c: lockstep sends to a only; a tees into its own
+  relay             SparkNodes.relay along a -> b ->
+  c: lockstep sends to a only; a tees into its own
                     sink and into its own ssh to b (key and known_hosts named for that hop), b to c.
   openssh 1 node,   the same two with nothing of lockstep in them (bash, OpenSSH's client and `tee`
   openssh relay     on every node): this machine's floor for a chain.
@@ -57,7 +59,7 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), check=check, capture_output=True, text=True, timeout=60)
 
 
-# ---- the lane --------------------------------------------------------------------------------------
+# ---- the lane ------------------------------------------------------------------------------------
 
 
 class Lane:
@@ -84,21 +86,65 @@ class Lane:
             sh("ip", "netns", "add", ns)
             self.created.append(ns)
             peer = f"p{self.id}{i}"
-            sh("ip", "-n", self.bridge, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh(
+                "ip",
+                "-n",
+                self.bridge,
+                "link",
+                "add",
+                peer,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            )
             sh("ip", "-n", self.bridge, "link", "set", peer, "master", "br0", "up")
             sh("ip", "-n", ns, "addr", "add", f"{self.addr[name]}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
-            # Both ends: the node's upload (its eth0's egress) and its download (the bridge port's egress).
+            # Both ends: the node's upload (its eth0's egress)
+            # and its download (the bridge port's egress).
             for where, dev in ((ns, "eth0"), (self.bridge, peer)):
-                sh("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-                   "burst", "512kb", "latency", "50ms")  # fmt: skip
+                sh(
+                    "ip",
+                    "netns",
+                    "exec",
+                    where,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    "512kb",
+                    "latency",
+                    "50ms",
+                )
 
     def keys(self) -> None:
         for name in ("client", "relay", *(f"host_{n}" for n in NODES)):
-            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"lane-bench-{name}", "-f", str(self.root / name))
+            sh(
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"lane-bench-{name}",
+                "-f",
+                str(self.root / name),
+            )
         (self.root / "authorized_keys").write_text(
-            (self.root / "client.pub").read_text() + (self.root / "relay.pub").read_text())
+            (self.root / "client.pub").read_text() + (self.root / "relay.pub").read_text()
+        )
         (self.root / "known_hosts").write_text("".join(self.known_hosts_line(n) for n in NODES))
         for name, nxt in itertools.pairwise(NODES):
             (self.root / f"relay_known_hosts_{name}").write_text(self.known_hosts_line(nxt))
@@ -115,24 +161,35 @@ class Lane:
             cfg = self.root / f"sshd_{node}.conf"
             cfg.write_text(
                 f"Port 22\nListenAddress {self.addr[node]}\nHostKey {self.root / f'host_{node}'}\n"
-                f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nPidFile {self.root / f'sshd_{node}.pid'}\n"
-                "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
-                f"KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nAllowUsers {user}\nMaxSessions 64\n"
+                f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nPidFile "
+                f"{self.root / f'sshd_{node}.pid'}\n"
+                "PermitRootLogin prohibit-password\nPubkeyAuthentication "
+                "yes\nPasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nAllowUsers "
+                f"{user}\nMaxSessions 64\n"
                 "MaxStartups 64:30:128\nLogLevel INFO\n"
-                # Each node its own home: the login shell then reads that node's (empty) rc files, not
-                # this machine's ~/.bashrc (Debian's bash reads it for ssh commands: pyenv init, 0.5 s).
+                # Each node its own home: the login shell then reads that node's (empty) rc files,
+                # not this machine's ~/.bashrc (Debian's bash reads
+                # it for ssh commands: pyenv init, 0.5 s).
                 f"SetEnv HOME={self.root / f'home_{node}'}\n"
-            )  # fmt: skip
+            )
             (self.root / f"home_{node}").mkdir()
             log = open(self.root / f"sshd_{node}.log", "wb")  # noqa: SIM115 (sshd keeps it open)
-            self.sshd[node] = subprocess.Popen(["ip", "netns", "exec", self.ns[node], SSHD, "-D", "-e", "-f", str(cfg)],
-                                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.sshd[node] = subprocess.Popen(
+                ["ip", "netns", "exec", self.ns[node], SSHD, "-D", "-e", "-f", str(cfg)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + 15
         for node in NODES:
             log = self.root / f"sshd_{node}.log"
             while "Server listening" not in log.read_text(errors="replace"):
                 if self.sshd[node].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd in {self.ns[node]} did not start: {log.read_text(errors='replace')[-2000:]}")
+                    raise RuntimeError(
+                        f"sshd in {self.ns[node]} did not start: "
+                        f"{log.read_text(errors='replace')[-2000:]}"
+                    )
                 time.sleep(0.05)
 
     def qdisc_stats(self) -> dict[str, str]:
@@ -140,7 +197,9 @@ class Lane:
         out = {}
         for i, (name, ns) in enumerate(self.ns.items()):
             for where, dev, side in ((ns, "eth0", "up"), (self.bridge, f"p{self.id}{i}", "down")):
-                out[f"{name} {side}"] = sh("ip", "netns", "exec", where, "tc", "-s", "qdisc", "show", "dev", dev).stdout
+                out[f"{name} {side}"] = sh(
+                    "ip", "netns", "exec", where, "tc", "-s", "qdisc", "show", "dev", dev
+                ).stdout
         return out
 
     def close(self) -> None:
@@ -154,7 +213,8 @@ class Lane:
                 proc.kill()
                 proc.wait(5)
         for ns in reversed(self.created):
-            # Whatever still runs inside OUR namespace is ours (a per-connection sshd, a relay's ssh).
+            # Whatever still runs inside OUR namespace is
+            # ours (a per-connection sshd, a relay's ssh).
             pids = sh("ip", "netns", "pids", ns, check=False).stdout.split()
             for pid in pids:
                 try:
@@ -165,7 +225,7 @@ class Lane:
         self.created.clear()
 
 
-# ---- the runs, inside the source namespace ---------------------------------------------------------
+# ---- the runs, inside the source namespace -------------------------------------------------------
 
 
 def tx_bytes() -> int:
@@ -184,31 +244,69 @@ def inner(config_path: Path) -> None:
 
     cfg = json.loads(config_path.read_text())
     root = Path(cfg["root"])
-    nodes: list[dict[str, object]] = [{"name": "src", "transport": "local", "root": str(root / "src-node")}]
+    nodes: list[dict[str, object]] = [
+        {"name": "src", "transport": "local", "root": str(root / "src-node")}
+    ]
     for name in NODES:
-        node: dict[str, object] = {"name": name, "host": cfg["addr"][name], "port": 22, "user": cfg["user"]}
+        node: dict[str, object] = {
+            "name": name,
+            "host": cfg["addr"][name],
+            "port": 22,
+            "user": cfg["user"],
+        }
         if name != NODES[-1]:
-            node |= {"relay_key": str(root / "relay"), "relay_known_hosts": str(root / f"relay_known_hosts_{name}")}
+            node |= {
+                "relay_key": str(root / "relay"),
+                "relay_known_hosts": str(root / f"relay_known_hosts_{name}"),
+            }
         nodes.append(node)
-    spark = SparkNodes(nodes=nodes, known_hosts=str(root / "known_hosts"), key_path=str(root / "client"),
-                       connect_timeout_s=10.0, command_timeout_s=120.0)  # fmt: skip
+    spark = SparkNodes(
+        nodes=nodes,
+        known_hosts=str(root / "known_hosts"),
+        key_path=str(root / "client"),
+        connect_timeout_s=10.0,
+        command_timeout_s=120.0,
+    )
     sink = ["sh", "-c", "cat > /dev/null"]
 
     def produce(size: int) -> list[str]:
         return ["head", "-c", str(size), "/dev/zero"]
 
     def ssh(key: Path, known_hosts: Path, node: str) -> str:
-        return shlex.join(["ssh", "-F", "none", "-T", "-x", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                           "-o", f"UserKnownHostsFile={known_hosts}", "-o", "IdentitiesOnly=yes", "-i", str(key),
-                           "-o", "Ciphers=aes128-gcm@openssh.com", cfg["addr"][node]])  # fmt: skip
+        return shlex.join(
+            [
+                "ssh",
+                "-F",
+                "none",
+                "-T",
+                "-x",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                f"UserKnownHostsFile={known_hosts}",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-i",
+                str(key),
+                "-o",
+                "Ciphers=aes128-gcm@openssh.com",
+                cfg["addr"][node],
+            ]
+        )
 
     def openssh(size: int, chain: list[str]) -> None:
-        """The same chain with nothing of lockstep in it: bash, OpenSSH's client and `tee` on every node."""
+        """The same chain with nothing of lockstep in it:
+        bash, OpenSSH's client and `tee` on every node."""
         script = "cat > /dev/null"
         for node, nxt in reversed(list(itertools.pairwise(chain))):
             hop = ssh(root / "relay", root / f"relay_known_hosts_{node}", nxt)
             script = f"tee -p >(cat > /dev/null) | {hop} {shlex.quote(script)}"
-        line = f"head -c {size} /dev/zero | {ssh(root / 'client', root / 'known_hosts', chain[0])} {shlex.quote(script)}"
+        line = (
+            f"head -c {size} /dev/zero | "
+            f"{ssh(root / 'client', root / 'known_hosts', chain[0])} {shlex.quote(script)}"
+        )
         subprocess.run(["bash", "-c", line], check=True, timeout=600)
 
     def run(mode: str, size: int) -> tuple[float, float, float]:
@@ -219,7 +317,10 @@ def inner(config_path: Path) -> None:
         elif mode == "star parallel":
             done = [spark.pipe(src="src", src_argv=produce(size), dsts=list(NODES), dst_argv=sink)]
         elif mode == "star sequential":
-            done = [spark.pipe(src="src", src_argv=produce(size), dsts=[n], dst_argv=sink) for n in NODES]
+            done = [
+                spark.pipe(src="src", src_argv=produce(size), dsts=[n], dst_argv=sink)
+                for n in NODES
+            ]
         elif mode == "openssh 1 node":
             openssh(size, ["a"])
             done = []
@@ -227,7 +328,9 @@ def inner(config_path: Path) -> None:
             openssh(size, list(NODES))
             done = []
         else:
-            relayed = spark.relay(src="src", src_argv=produce(size), chain=list(NODES), load_argv=sink)
+            relayed = spark.relay(
+                src="src", src_argv=produce(size), chain=list(NODES), load_argv=sink
+            )
             assert relayed.loaded == list(NODES) and relayed.head.bytes == size, relayed
             done = []
         for result in done:
@@ -248,25 +351,45 @@ def inner(config_path: Path) -> None:
                 times[mode].append(seconds)
                 copies[mode].append(uplink)
                 busy[mode].append(cpu)
-                print(f"  {mode:<16} {seconds:6.2f} s  uplink {uplink:4.2f} copies  CPU busy {cpu:4.0%}", flush=True)
+                print(
+                    (
+                        f"  {mode:<16} {seconds:6.2f} s  uplink {uplink:4.2f} copies  CPU busy "
+                        f"{cpu:4.0%}"
+                    ),
+                    flush=True,
+                )
     finally:
         spark.close()
     Path(cfg["out"]).write_text(json.dumps({"times": times, "copies": copies, "busy": busy}))
 
 
-# ---- the outer run -----------------------------------------------------------------------------------
+# ---- the outer run -------------------------------------------------------------------------------
 
 
 def _qdisc_line(text: str) -> str:
-    m = re.search(r"qdisc tbf .*? rate (\S+).*?Sent (\d+) bytes \d+ pkt \(dropped (\d+), overlimits (\d+)", text, re.S)
-    return f"tbf {m.group(1)}, sent {int(m.group(2)) / MiB:7.0f} MiB, overlimits {m.group(4)}" if m else "NO tbf"
+    m = re.search(
+        r"qdisc tbf .*? rate (\S+).*?Sent (\d+) bytes \d+ pkt \(dropped (\d+), overlimits (\d+)",
+        text,
+        re.DOTALL,
+    )
+    return (
+        f"tbf {m.group(1)}, sent {int(m.group(2)) / MiB:7.0f} MiB, overlimits {m.group(4)}"
+        if m
+        else "NO tbf"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=int, default=256, help="bytes streamed per run, in MiB (default 256)")
-    parser.add_argument("--rate-mib", type=int, default=100, help="each link's rate each way, MiB/s (default 100)")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds; medians compared (default 3)")
+    parser.add_argument(
+        "--mib", type=int, default=256, help="bytes streamed per run, in MiB (default 256)"
+    )
+    parser.add_argument(
+        "--rate-mib", type=int, default=100, help="each link's rate each way, MiB/s (default 100)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="alternating rounds; medians compared (default 3)"
+    )
     parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -276,7 +399,10 @@ def main() -> None:
         sys.exit("lane_fanout_bench needs root: network namespaces, veth pairs and tc")
     for tool in ("ip", "tc", "ssh", "ssh-keygen", SSHD):
         if not shutil.which(tool):
-            sys.exit(f"lane_fanout_bench needs {tool} (apt-get install -y iproute2 openssh-client openssh-server)")
+            sys.exit(
+                f"lane_fanout_bench needs {tool} (apt-get install -y iproute2 openssh-client "
+                "openssh-server)"
+            )
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # the finally below removes the namespaces
@@ -291,13 +417,35 @@ def main() -> None:
             lane.up()
             lane.keys()
             lane.start_sshds()
-            cfg = {"root": str(root), "addr": lane.addr, "user": os.environ.get("USER") or "root", "mib": args.mib,
-                   "repeat": args.repeat, "out": str(root / "results.json")}  # fmt: skip
+            cfg = {
+                "root": str(root),
+                "addr": lane.addr,
+                "user": os.environ.get("USER") or "root",
+                "mib": args.mib,
+                "repeat": args.repeat,
+                "out": str(root / "results.json"),
+            }
             (root / "config.json").write_text(json.dumps(cfg))
-            print(f"lane {lane.prefix}.0/24 (namespaces lsb{lane.id}-*), every link {args.rate_mib} MiB/s each way "
-                  f"(tbf), {args.mib} MiB per run, {os.cpu_count()} CPUs", flush=True)  # fmt: skip
-            subprocess.run(["ip", "netns", "exec", lane.ns["src"], sys.executable, __file__, "--inner",
-                            str(root / "config.json")], check=True, timeout=900)  # fmt: skip
+            print(
+                f"lane {lane.prefix}.0/24 (namespaces lsb{lane.id}-*), every link "
+                f"{args.rate_mib} MiB/s each way "
+                f"(tbf), {args.mib} MiB per run, {os.cpu_count()} CPUs",
+                flush=True,
+            )
+            subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    lane.ns["src"],
+                    sys.executable,
+                    __file__,
+                    "--inner",
+                    str(root / "config.json"),
+                ],
+                check=True,
+                timeout=900,
+            )
             stats = lane.qdisc_stats()
             results = json.loads((root / "results.json").read_text())
         finally:
@@ -312,18 +460,34 @@ def main() -> None:
     copies = {m: statistics.median(v) for m, v in results["copies"].items()}
     busy = {m: statistics.median(v) for m, v in results["busy"].items()}
     ideal = args.mib / args.rate_mib
-    print(f"{'mode':<18}{'seconds':>9}{'x time(1)':>11}{'uplink copies':>15}{'CPU busy':>10}"
-          f"   (one copy at the link rate: {ideal:.2f} s; CPU busy: the whole machine's, every process on it)")
+    print(
+        f"{'mode':<18}{'seconds':>9}{'x time(1)':>11}{'uplink copies':>15}{'CPU busy':>10}"
+        f"   (one copy at the link rate: {ideal:.2f} s; CPU busy: the whole machine's, every "
+        "process on it)"
+    )
     for mode in MODES:
-        print(f"{mode:<18}{times[mode]:>9.2f}{times[mode] / times['1 node']:>11.2f}{copies[mode]:>15.2f}"
-              f"{busy[mode]:>10.0%}")
-    ratios = [r / o for o, r in zip(results["times"]["1 node"], results["times"]["relay"], strict=True)]
-    print(f"star parallel 3/1 = {times['star parallel'] / times['1 node']:.2f}, star sequential 3/1 = "
-          f"{times['star sequential'] / times['1 node']:.2f}; relay per round: " + ", ".join(f"{r:.2f}" for r in ratios))
-    print(f"reference, OpenSSH client + tee on every node, no lockstep: relay 3/1 = "
-          f"{times['openssh relay'] / times['openssh 1 node']:.2f}")
-    print(f"RATIO fan-out to 3 on a {args.rate_mib} MiB/s lane, relay, seconds / seconds to 1: "
-          f"{times['relay'] / times['1 node']:.2f} (goal <= 1.15)")
+        print(
+            f"{mode:<18}{times[mode]:>9.2f}{times[mode] / times['1 node']:>11.2f}"
+            f"{copies[mode]:>15.2f}"
+            f"{busy[mode]:>10.0%}"
+        )
+    ratios = [
+        r / o for o, r in zip(results["times"]["1 node"], results["times"]["relay"], strict=True)
+    ]
+    print(
+        f"star parallel 3/1 = {times['star parallel'] / times['1 node']:.2f}, star sequential "
+        "3/1 = "
+        f"{times['star sequential'] / times['1 node']:.2f}; relay per round: "
+        + ", ".join(f"{r:.2f}" for r in ratios)
+    )
+    print(
+        f"reference, OpenSSH client + tee on every node, no lockstep: relay 3/1 = "
+        f"{times['openssh relay'] / times['openssh 1 node']:.2f}"
+    )
+    print(
+        f"RATIO fan-out to 3 on a {args.rate_mib} MiB/s lane, relay, seconds / seconds to 1: "
+        f"{times['relay'] / times['1 node']:.2f} (goal <= 1.15)"
+    )
 
 
 if __name__ == "__main__":

@@ -25,15 +25,15 @@ from typing import NamedTuple
 # Run as a script: the repo root is not on sys.path, and the registry launcher lives with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_io import RandomBytes  # noqa: E402
-from resources.registry import (  # noqa: E402
+from bench.bench_io import RandomBytes
+from resources.registry import (
     OCI_CONFIG,
     OCI_LAYER_GZIP,
     OCI_LAYER_TAR,
     OCI_MANIFEST,
     HttpRegistry,
 )
-from tests.support.registry_server import start_registry, stop_registry  # noqa: E402
+from tests.support.registry_server import start_registry, stop_registry
 
 REPO = "bench/tpu"
 TARGET = "/usr/lib/python3.11/site-packages/harbor-0.4.2.dist-info/direct_url.json"
@@ -41,12 +41,23 @@ BASE_FIRST = "/etc/os-release"  # the first member of the big base layer
 MiB = 1024 * 1024
 
 
-def add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, size: int = 0,
-        stream: io.RawIOBase | None = None) -> None:
+def add(
+    tar: tarfile.TarFile,
+    name: str,
+    data: bytes | None = None,
+    *,
+    size: int = 0,
+    stream: io.RawIOBase | None = None,
+) -> None:
     info = tarfile.TarInfo(name.lstrip("/"))
     info.mtime, info.mode = 0, 0o644
     info.size = len(data) if data is not None else size
-    tar.addfile(info, io.BytesIO(data) if data is not None else io.BufferedReader(stream or RandomBytes(size), MiB))
+    tar.addfile(
+        info,
+        io.BytesIO(data)
+        if data is not None
+        else io.BufferedReader(stream or RandomBytes(size), MiB),
+    )
 
 
 def write_base_layer(path: Path, size: int) -> None:
@@ -56,8 +67,10 @@ def write_base_layer(path: Path, size: int) -> None:
 
 
 def top_layer() -> bytes:
-    direct_url = {"url": "https://github.com/marin-community/harbor.git",
-                  "vcs_info": {"vcs": "git", "commit_id": "42bc23b59d697b5b" + "0" * 24}}
+    direct_url = {
+        "url": "https://github.com/marin-community/harbor.git",
+        "vcs_info": {"vcs": "git", "commit_id": "42bc23b59d697b5b" + "0" * 24},
+    }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         add(tar, TARGET.rsplit("/", 1)[0] + "/METADATA", b"Name: harbor\nVersion: 0.4.2\n")
@@ -72,14 +85,21 @@ def push_image(reg: HttpRegistry, work: Path, base_bytes: int) -> None:
     base = reg.push_blob_file(repository=REPO, path=base_tar, media_type=OCI_LAYER_TAR)
     base_tar.unlink()  # the registry holds its own copy; keep the disk footprint to one
     top = reg.push_blob(repository=REPO, data=top_layer(), media_type=OCI_LAYER_GZIP)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
+    config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    )
     cfg = reg.push_blob(repository=REPO, data=config.encode(), media_type=OCI_CONFIG)
     manifest = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
         "config": {"mediaType": OCI_CONFIG, "digest": cfg.digest, "size": cfg.size},
-        "layers": [{"mediaType": d.media_type, "digest": d.digest, "size": d.size} for d in (base, top)],
+        "layers": [
+            {"mediaType": d.media_type, "digest": d.digest, "size": d.size} for d in (base, top)
+        ],
     }
-    reg.push_manifest(repository=REPO, raw=json.dumps(manifest).encode(), media_type=OCI_MANIFEST, tag="bench")
+    reg.push_manifest(
+        repository=REPO, raw=json.dumps(manifest).encode(), media_type=OCI_MANIFEST, tag="bench"
+    )
 
 
 class Measured(NamedTuple):
@@ -116,7 +136,9 @@ def percent(part: float, whole: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gib", type=float, default=1.0, help="size of the incompressible base layer (GiB)")
+    parser.add_argument(
+        "--gib", type=float, default=1.0, help="size of the incompressible base layer (GiB)"
+    )
     args = parser.parse_args()
     base_bytes = int(args.gib * 1024 * MiB)
 
@@ -127,8 +149,10 @@ def main() -> None:
         reg = HttpRegistry(host=server.host, timeout_s=120, blob_cache_dir=str(work / "blobs"))
         t0 = time.perf_counter()
         push_image(reg, work, base_bytes)
-        print(f"docker-registry pid {server.proc.pid} on {server.host}; "
-              f"built and pushed the image in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"docker-registry pid {server.proc.pid} on {server.host}; "
+            f"built and pushed the image in {time.perf_counter() - t0:.1f} s"
+        )
 
         image = reg.manifest(repository=REPO, reference="bench")
         assert image is not None
@@ -138,18 +162,29 @@ def main() -> None:
         top = timed_read(reg, "read_file, file in top layer", TARGET)
         base = timed_read(reg, "read_file, 1st member of base", BASE_FIRST)
 
-        print(f"image: {len(image.layers)} layers, {image_bytes:,} bytes ({image_bytes / 1024**3:.2f} GiB)\n")
+        print(
+            f"image: {len(image.layers)} layers, {image_bytes:,} bytes "
+            f"({image_bytes / 1024**3:.2f} GiB)\n"
+        )
         print(f"{'':32} {'bytes read':>15} {'of image':>12} {'seconds':>9} {'layer':>6}")
         for row in (pull, top, base):
-            print(f"{row.label:32} {row.bytes_read:>15,} {percent(row.bytes_read, image_bytes):>12} "
-                  f"{row.seconds:>9.3f} {row.layer:>6}")
+            print(
+                f"{row.label:32} {row.bytes_read:>15,} {percent(row.bytes_read, image_bytes):>12} "
+                f"{row.seconds:>9.3f} {row.layer:>6}"
+            )
         print()
         for row in (top, base):
-            print(f"{row.label}: bytes read / image bytes {percent(row.bytes_read, image_bytes)} (goal < 2%); "
-                  f"seconds / full pull {percent(row.seconds, pull.seconds)} "
-                  f"({pull.seconds / row.seconds:,.0f}x faster)")
-        print(f"RATIO read_file bytes read / image bytes: {percent(max(top.bytes_read, base.bytes_read), image_bytes)} "
-              "(goal < 2%)")
+            print(
+                f"{row.label}: bytes read / image bytes {percent(row.bytes_read, image_bytes)} "
+                "(goal < 2%); "
+                f"seconds / full pull {percent(row.seconds, pull.seconds)} "
+                f"({pull.seconds / row.seconds:,.0f}x faster)"
+            )
+        print(
+            "RATIO read_file bytes read / image bytes: "
+            f"{percent(max(top.bytes_read, base.bytes_read), image_bytes)} "
+            "(goal < 2%)"
+        )
     finally:
         if server is not None:
             stop_registry(server)

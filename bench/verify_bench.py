@@ -1,4 +1,5 @@
-"""A verification (3 probes + the installed-dist check) as one scan vs one read per query, side by side.
+"""A verification (3 probes + the installed-dist
+check) as one scan vs one read per query, side by side.
 
     uv run python bench/verify_bench.py [--gib 1.0]
 
@@ -11,7 +12,8 @@ against the same registry one after the other:
 - `verify_image`: one scan for everything, with the blob cache;
 
 each twice, as tpu/image checks and tpu/verified_image re-verifies. Bytes are counted where the
-blobs come off the wire (a counting registry), GETs per layer likewise. Asserts nothing about timings.
+blobs come off the wire (a counting registry), GETs
+per layer likewise. Asserts nothing about timings.
 """
 
 from __future__ import annotations
@@ -33,25 +35,25 @@ from typing import Any, BinaryIO, NamedTuple
 # Run as a script: the repo root is not on sys.path, and the registry launcher lives with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pydantic import PrivateAttr  # noqa: E402
+from pydantic import PrivateAttr
 
-from bench.bench_io import RandomBytes  # noqa: E402
-from resources.registry import (  # noqa: E402
+from bench.bench_io import RandomBytes
+from resources.registry import (
     OCI_CONFIG,
     OCI_LAYER_GZIP,
     OCI_LAYER_TAR,
     OCI_MANIFEST,
     HttpRegistry,
 )
-from resources.site.tpu import HARBOR_GUARD_PROBE, Probe, TpuSection  # noqa: E402
-from tests.support.registry_server import start_registry, stop_registry  # noqa: E402
-from tpu_assets.inspection import (  # noqa: E402
+from resources.site.tpu import HARBOR_GUARD_PROBE, Probe, TpuSection
+from tests.support.registry_server import start_registry, stop_registry
+from tpu_assets.inspection import (
     CHECK_INSTALLED,
     CHECK_PROBES,
-    verify_image,  # noqa: E402
+    verify_image,
 )
-from tpu_assets.models import BuiltImage, HarborPin  # noqa: E402
-from tpu_assets.verify import parse_installed, run_probe  # noqa: E402
+from tpu_assets.models import BuiltImage, HarborPin
+from tpu_assets.verify import parse_installed, run_probe
 
 REPO = "bench/tpu"
 TAG = "tpu-0123abc"
@@ -76,7 +78,9 @@ def add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, size: int
     info = tarfile.TarInfo(name)
     info.mtime, info.mode = 0, 0o644
     info.size = len(data) if data is not None else size
-    tar.addfile(info, io.BytesIO(data) if data is not None else io.BufferedReader(RandomBytes(size), MiB))
+    tar.addfile(
+        info, io.BytesIO(data) if data is not None else io.BufferedReader(RandomBytes(size), MiB)
+    )
 
 
 def pip_layer(path: Path, size: int) -> None:
@@ -91,9 +95,16 @@ def pip_layer(path: Path, size: int) -> None:
         for i in range(8):
             add(tar, f"{SP}/zzz_filler/part{i}.so", size=(size - half) // 8)
         add(tar, f"{SP}/harbor-0.4.2.dist-info/METADATA", b"Name: harbor\nVersion: 0.4.2\n")
-        add(tar, f"{SP}/harbor-0.4.2.dist-info/direct_url.json", json.dumps(
-            {"url": "https://github.com/marin-community/harbor.git", "vcs_info": {"vcs": "git", "commit_id": COMMIT}}
-        ).encode())
+        add(
+            tar,
+            f"{SP}/harbor-0.4.2.dist-info/direct_url.json",
+            json.dumps(
+                {
+                    "url": "https://github.com/marin-community/harbor.git",
+                    "vcs_info": {"vcs": "git", "commit_id": COMMIT},
+                }
+            ).encode(),
+        )
 
 
 def small_layer(files: dict[str, bytes]) -> bytes:
@@ -106,22 +117,34 @@ def small_layer(files: dict[str, bytes]) -> bytes:
 
 def push_image(reg: HttpRegistry, work: Path, pip_bytes: int) -> str:
     descs = []
-    for name, build in (("base.tar", lambda p: _base_layer(p)), ("pip.tar", lambda p: pip_layer(p, pip_bytes))):
+    for name, build in (
+        ("base.tar", lambda p: _base_layer(p)),
+        ("pip.tar", lambda p: pip_layer(p, pip_bytes)),
+    ):
         path = work / name
         build(path)
         descs.append(reg.push_blob_file(repository=REPO, path=path, media_type=OCI_LAYER_TAR))
         path.unlink()  # the registry holds its own copy; keep the disk footprint to one
-    app = small_layer({"app/README": b"lockstep bench\n" * 1000, "app/blob.bin": os.urandom(4 * MiB)})
+    app = small_layer(
+        {"app/README": b"lockstep bench\n" * 1000, "app/blob.bin": os.urandom(4 * MiB)}
+    )
     top = small_layer({"etc/lockstep-build": b"tpu-0123abc\n"})
-    descs += [reg.push_blob(repository=REPO, data=blob, media_type=OCI_LAYER_GZIP) for blob in (app, top)]
-    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
+    descs += [
+        reg.push_blob(repository=REPO, data=blob, media_type=OCI_LAYER_GZIP) for blob in (app, top)
+    ]
+    config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    )
     cfg = reg.push_blob(repository=REPO, data=config.encode(), media_type=OCI_CONFIG)
     manifest = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
         "config": {"mediaType": OCI_CONFIG, "digest": cfg.digest, "size": cfg.size},
         "layers": [{"mediaType": d.media_type, "digest": d.digest, "size": d.size} for d in descs],
     }
-    return reg.push_manifest(repository=REPO, raw=json.dumps(manifest).encode(), media_type=OCI_MANIFEST, tag=TAG)
+    return reg.push_manifest(
+        repository=REPO, raw=json.dumps(manifest).encode(), media_type=OCI_MANIFEST, tag=TAG
+    )
 
 
 def _base_layer(path: Path) -> None:
@@ -168,8 +191,11 @@ def old_way(reg: HttpRegistry, tpu: TpuSection) -> bool:
     dist_info = max(hits).rsplit("/", 1)[0]
     metadata = reg.read_file(repository=REPO, reference=TAG, path=f"{dist_info}/METADATA")
     direct = reg.read_file(repository=REPO, reference=TAG, path=f"{dist_info}/direct_url.json")
-    installed = parse_installed(dist_info.rsplit("/", 1)[-1], metadata.data.decode() if metadata else "",
-                                direct.data.decode() if direct else None)
+    installed = parse_installed(
+        dist_info.rsplit("/", 1)[-1],
+        metadata.data.decode() if metadata else "",
+        direct.data.decode() if direct else None,
+    )
     ok = installed.commit == COMMIT
     for probe in tpu.probes:
         path = _under(tpu.site_packages, probe.path)
@@ -193,8 +219,13 @@ def measure(label: str, reg: CountingRegistry, layers: list[str], run: Any) -> R
     reg._bytes.clear()
     start = time.perf_counter()
     passed = run(reg)
-    return Row(label, sum(reg._bytes.values()), [reg._gets[d] for d in reversed(layers)],
-               time.perf_counter() - start, passed)
+    return Row(
+        label,
+        sum(reg._bytes.values()),
+        [reg._gets[d] for d in reversed(layers)],
+        time.perf_counter() - start,
+        passed,
+    )
 
 
 def main() -> None:
@@ -209,27 +240,46 @@ def main() -> None:
         t0 = time.perf_counter()
         plain = HttpRegistry(host=server.host, timeout_s=120, blob_cache_bytes=0)
         digest = push_image(plain, work, int(args.gib * 1024 * MiB))
-        print(f"docker-registry pid {server.proc.pid} on {server.host}; "
-              f"built and pushed the image in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"docker-registry pid {server.proc.pid} on {server.host}; "
+            f"built and pushed the image in {time.perf_counter() - t0:.1f} s"
+        )
         image = plain.manifest(repository=REPO, reference=TAG)
         assert image is not None
         layers = [d.digest for d in image.layers]
         image_bytes = sum(d.size for d in image.layers)
         deciding = sum(d.size for d in image.layers[1:])  # the pip layer and everything above it
-        tpu = TpuSection(harbor_repo="https://example.invalid/harbor.git", harbor_branch="main",
-                         consumer_repo="https://example.invalid/consumer.git", consumer_branch="main",
-                         image=f"{server.host}/{REPO}", site_packages="/" + SP, probes=PROBES)
-        built = BuiltImage(consumer_commit="c" * 40, gitsha="0123abc", ref=f"{server.host}/{REPO}:{TAG}",
-                           digest=digest, lock_pin=HarborPin(commit=COMMIT, version="0.4.2"),
-                           dockerfile_commit=COMMIT, job_id="bench", job_state="SUCCEEDED")
+        tpu = TpuSection(
+            harbor_repo="https://example.invalid/harbor.git",
+            harbor_branch="main",
+            consumer_repo="https://example.invalid/consumer.git",
+            consumer_branch="main",
+            image=f"{server.host}/{REPO}",
+            site_packages="/" + SP,
+            probes=PROBES,
+        )
+        built = BuiltImage(
+            consumer_commit="c" * 40,
+            gitsha="0123abc",
+            ref=f"{server.host}/{REPO}:{TAG}",
+            digest=digest,
+            lock_pin=HarborPin(commit=COMMIT, version="0.4.2"),
+            dockerfile_commit=COMMIT,
+            job_id="bench",
+            job_state="SUCCEEDED",
+        )
 
         def scan_way(reg: HttpRegistry) -> bool:
             found = verify_image(reg, built=built, tpu=tpu, repository=REPO)
             return found[CHECK_INSTALLED].passed and found[CHECK_PROBES].passed
 
         old = CountingRegistry(host=server.host, timeout_s=120, blob_cache_bytes=0)
-        new = CountingRegistry(host=server.host, timeout_s=120, blob_cache_dir=str(work / "blobs"),
-                               blob_cache_bytes=int((args.gib + 1) * 1024 * MiB))
+        new = CountingRegistry(
+            host=server.host,
+            timeout_s=120,
+            blob_cache_dir=str(work / "blobs"),
+            blob_cache_bytes=int((args.gib + 1) * 1024 * MiB),
+        )
         rows = [
             measure("old: read per query, 1st", old, layers, lambda r: old_way(r, tpu)),
             measure("old: read per query, 2nd", old, layers, lambda r: old_way(r, tpu)),
@@ -238,25 +288,42 @@ def main() -> None:
         ]
 
         sizes = ", ".join(f"{d.size / MiB:,.1f}" for d in reversed(image.layers))
-        print(f"image: {len(layers)} layers (top first: {sizes} MiB), {image_bytes:,} bytes; "
-              f"the layers that decide the probed files (pip layer and above): {deciding:,} bytes\n")
-        print(f"{'':26} {'bytes read':>15} {'/ image':>8} {'/ deciding':>11} {'GETs per layer (top first)':>27} "
-              f"{'seconds':>8} {'checks':>7}")
+        print(
+            f"image: {len(layers)} layers (top first: {sizes} MiB), {image_bytes:,} bytes; "
+            f"the layers that decide the probed files (pip layer and above): {deciding:,} bytes\n"
+        )
+        print(
+            f"{'':26} {'bytes read':>15} {'/ image':>8} {'/ deciding':>11} "
+            f"{'GETs per layer (top first)':>27} "
+            f"{'seconds':>8} {'checks':>7}"
+        )
         for row in rows:
-            print(f"{row.label:26} {row.bytes_read:>15,} {row.bytes_read / image_bytes:>7.2f}x "
-                  f"{row.bytes_read / deciding:>10.2f}x {str(row.gets):>27} {row.seconds:>8.2f} "
-                  f"{'pass' if row.passed else 'FAIL':>7}")
+            print(
+                f"{row.label:26} {row.bytes_read:>15,} {row.bytes_read / image_bytes:>7.2f}x "
+                f"{row.bytes_read / deciding:>10.2f}x {row.gets!s:>27} {row.seconds:>8.2f} "
+                f"{'pass' if row.passed else 'FAIL':>7}"
+            )
         old_total = rows[0].bytes_read + rows[1].bytes_read
         new_total = rows[2].bytes_read + rows[3].bytes_read
-        print(f"\nper verification, bytes read / deciding-layer bytes: old {rows[0].bytes_read / deciding:.2f}x, "
-              f"scan {rows[2].bytes_read / deciding:.2f}x (goal <= 1.00x), scan from the cache "
-              f"{rows[3].bytes_read / deciding:.2f}x")
-        print(f"both verifications, registry bytes scan / old: {new_total / old_total:.3f} "
-              f"({old_total / max(new_total, 1):.1f}x fewer bytes, "
-              f"{(rows[0].seconds + rows[1].seconds) / (rows[2].seconds + rows[3].seconds):.1f}x faster)")
-        # The figure the table keeps, last: the scan's bytes over the deciding layers, and its worst GETs per layer.
-        print(f"RATIO verification bytes read / deciding-layer bytes: {rows[2].bytes_read / deciding:.2f} "
-              f"(goal <= 1.00), at most {max(rows[2].gets)} GET per layer (goal <= 1)")
+        print(
+            "\nper verification, bytes read / deciding-layer bytes: old "
+            f"{rows[0].bytes_read / deciding:.2f}x, "
+            f"scan {rows[2].bytes_read / deciding:.2f}x (goal <= 1.00x), scan from the cache "
+            f"{rows[3].bytes_read / deciding:.2f}x"
+        )
+        print(
+            f"both verifications, registry bytes scan / old: {new_total / old_total:.3f} "
+            f"({old_total / max(new_total, 1):.1f}x fewer bytes, "
+            f"{(rows[0].seconds + rows[1].seconds) / (rows[2].seconds + rows[3].seconds):.1f}x "
+            "faster)"
+        )
+        # The figure the table keeps, last: the scan's bytes
+        # over the deciding layers, and its worst GETs per layer.
+        print(
+            "RATIO verification bytes read / deciding-layer bytes: "
+            f"{rows[2].bytes_read / deciding:.2f} "
+            f"(goal <= 1.00), at most {max(rows[2].gets)} GET per layer (goal <= 1)"
+        )
     finally:
         if server is not None:
             stop_registry(server)

@@ -1,4 +1,5 @@
-"""What every Jovian asset body shares: the site's [jovian] table, the run's rev, a check result from a
+"""What every Jovian asset body shares: the site's
+[jovian] table, the run's rev, a check result from a
 finding, a table of strings as metadata. A plain module, so no asset module imports another."""
 
 import dagster as dg
@@ -18,7 +19,9 @@ def jovian_of(site: SiteResource) -> JovianSection:
     """The site's [jovian] table; every Jovian asset needs it."""
     config = site.config()
     if config.jovian is None:
-        raise LockstepError(f"{config.path}: no [jovian] table: the Jovian graph needs the lab and build repos")
+        raise LockstepError(
+            f"{config.path}: no [jovian] table: the Jovian graph needs the lab and build repos"
+        )
     return config.jovian
 
 
@@ -31,15 +34,29 @@ def rev_of(context: dg.AssetExecutionContext) -> str:
         raise AdoptionRefused(f"{exc}; nothing was written") from None
 
 
-def check_result(key: dg.AssetKey, name: str, finding: Finding, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-                 metadata: dict[str, dg.MetadataValue] | None = None) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(asset_key=key, check_name=name, passed=finding.passed, severity=severity,
-                               description=finding.description[:3000], metadata=metadata)
+def check_result(
+    key: dg.AssetKey,
+    name: str,
+    finding: Finding,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    metadata: dict[str, dg.MetadataValue] | None = None,
+) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=name,
+        passed=finding.passed,
+        severity=severity,
+        description=finding.description[:3000],
+        metadata=metadata,
+    )
 
 
 def string_table(rows: list[dict[str, object]], columns: list[str]) -> dg.MetadataValue:
     schema = dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns])
     return dg.MetadataValue.table(
-        records=[dg.TableRecord({c: "" if r.get(c) is None else str(r.get(c)) for c in columns}) for r in rows],
+        records=[
+            dg.TableRecord({c: "" if r.get(c) is None else str(r.get(c)) for c in columns})
+            for r in rows
+        ],
         schema=schema,
     )

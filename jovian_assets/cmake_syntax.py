@@ -40,7 +40,8 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", ";": "\\;"}
 
 
 class _Scanner:
-    """Splits a cmake file into command invocations: name '(' args ')' with nested parens and quotes."""
+    """Splits a cmake file into command invocations:
+    name '(' args ')' with nested parens and quotes."""
 
     def __init__(self, text: str, path: str) -> None:
         self.text, self.path, self.pos, self.line = text, path, 0, 1
@@ -52,14 +53,22 @@ class _Scanner:
                 return
             match = _IDENT.match(self.text, self.pos)
             if match is None:
-                raise FileFormatError(self.path, self.line, f"expected a cmake command, found {self._snippet()!r}")
+                raise FileFormatError(
+                    self.path, self.line, f"expected a cmake command, found {self._snippet()!r}"
+                )
             line = self.line
             self._advance(match.end() - self.pos)
             self._skip_blank(comments=False)
             if self._peek() != "(":
-                raise FileFormatError(self.path, self.line, f"{match.group()} is not followed by '(': found {self._snippet()!r}")
+                raise FileFormatError(
+                    self.path,
+                    self.line,
+                    f"{match.group()} is not followed by '(': found {self._snippet()!r}",
+                )
             self._advance(1)
-            yield Command(name=match.group().lower(), args=self._arguments(match.group(), line), line=line)
+            yield Command(
+                name=match.group().lower(), args=self._arguments(match.group(), line), line=line
+            )
 
     def _arguments(self, name: str, start: int) -> tuple[Arg, ...]:
         args: list[Arg] = []
@@ -68,7 +77,9 @@ class _Scanner:
             self._skip_blank()
             char = self._peek()
             if char == "":
-                raise FileFormatError(self.path, start, f"{name}( is never closed: a ')' is missing")
+                raise FileFormatError(
+                    self.path, start, f"{name}( is never closed: a ')' is missing"
+                )
             if char in "()":
                 depth += 1 if char == "(" else -1
                 self._advance(1)
@@ -88,7 +99,9 @@ class _Scanner:
         while True:
             char = self._peek()
             if char == "":
-                raise FileFormatError(self.path, line, "a quoted argument is never closed: a '\"' is missing")
+                raise FileFormatError(
+                    self.path, line, "a quoted argument is never closed: a '\"' is missing"
+                )
             self._advance(1)
             if char == '"':
                 return Arg("".join(out), "quoted", line)
@@ -107,24 +120,31 @@ class _Scanner:
         close = "]" + match.group(1) + "]"
         end = self.text.find(close, match.end())
         if end < 0:
-            raise FileFormatError(self.path, line, f"a bracket argument {match.group()} is never closed by {close}")
-        body = self.text[match.end():end]
+            raise FileFormatError(
+                self.path, line, f"a bracket argument {match.group()} is never closed by {close}"
+            )
+        body = self.text[match.end() : end]
         self._advance(end + len(close) - self.pos)
         return Arg(body.removeprefix("\n"), "bracket", line)
 
     def _unquoted(self) -> Arg:
         line, start = self.line, self.pos
-        while (char := self._peek()) and not char.isspace() and char not in '()#':
+        while (char := self._peek()) and not char.isspace() and char not in "()#":
             if char == "\\":
                 self._advance(2)
-            elif char == '"':  # legacy unquoted form, e.g. -DFOO="a b": the quotes belong to the argument
+            # legacy unquoted form, e.g. -DFOO="a b": the quotes belong to the argument
+            elif char == '"':
                 end = self.text.find('"', self.pos + 1)
                 if end < 0:
-                    raise FileFormatError(self.path, line, "a quoted part of an argument is never closed: a '\"' is missing")
+                    raise FileFormatError(
+                        self.path,
+                        line,
+                        "a quoted part of an argument is never closed: a '\"' is missing",
+                    )
                 self._advance(end + 1 - self.pos)
             else:
                 self._advance(1)
-        return Arg(self.text[start:self.pos], "unquoted", line)
+        return Arg(self.text[start : self.pos], "unquoted", line)
 
     def _skip_blank(self, comments: bool = True) -> None:
         while self.pos < len(self.text):
@@ -142,7 +162,11 @@ class _Scanner:
             close = "]" + bracket.group(1) + "]"
             end = self.text.find(close, bracket.end())
             if end < 0:
-                raise FileFormatError(self.path, self.line, f"a bracket comment #{bracket.group()} is never closed by {close}")
+                raise FileFormatError(
+                    self.path,
+                    self.line,
+                    f"a bracket comment #{bracket.group()} is never closed by {close}",
+                )
             self._advance(end + len(close) - self.pos)
             return
         end = self.text.find("\n", self.pos)
@@ -156,7 +180,7 @@ class _Scanner:
         self.pos += count
 
     def _snippet(self) -> str:
-        return self.text[self.pos:self.pos + 40].split("\n", 1)[0]
+        return self.text[self.pos : self.pos + 40].split("\n", 1)[0]
 
 
 def commands(text: str, path: str) -> list[Command]:
@@ -166,11 +190,45 @@ def commands(text: str, path: str) -> list[Command]:
 
 # -- if() conditions on a CUDA build ---------------------------------------------------------------
 
-_UNARY = frozenset("DEFINED EXISTS COMMAND POLICY TARGET TEST IS_DIRECTORY IS_SYMLINK IS_ABSOLUTE IS_READABLE "
-                   "IS_WRITABLE IS_EXECUTABLE".split())
-_BINARY = frozenset("STREQUAL EQUAL LESS GREATER LESS_EQUAL GREATER_EQUAL STRLESS STRGREATER STRLESS_EQUAL "
-                    "STRGREATER_EQUAL MATCHES VERSION_EQUAL VERSION_LESS VERSION_GREATER VERSION_LESS_EQUAL "
-                    "VERSION_GREATER_EQUAL IN_LIST IS_NEWER_THAN PATH_EQUAL".split())
+_UNARY = frozenset(
+    [
+        "DEFINED",
+        "EXISTS",
+        "COMMAND",
+        "POLICY",
+        "TARGET",
+        "TEST",
+        "IS_DIRECTORY",
+        "IS_SYMLINK",
+        "IS_ABSOLUTE",
+        "IS_READABLE",
+        "IS_WRITABLE",
+        "IS_EXECUTABLE",
+    ]
+)
+_BINARY = frozenset(
+    [
+        "STREQUAL",
+        "EQUAL",
+        "LESS",
+        "GREATER",
+        "LESS_EQUAL",
+        "GREATER_EQUAL",
+        "STRLESS",
+        "STRGREATER",
+        "STRLESS_EQUAL",
+        "STRGREATER_EQUAL",
+        "MATCHES",
+        "VERSION_EQUAL",
+        "VERSION_LESS",
+        "VERSION_GREATER",
+        "VERSION_LESS_EQUAL",
+        "VERSION_GREATER_EQUAL",
+        "IN_LIST",
+        "IS_NEWER_THAN",
+        "PATH_EQUAL",
+    ]
+)
 _PLATFORM_COMPARISONS = frozenset({"STREQUAL", "MATCHES", "IN_LIST"})
 _ROCM = re.compile(r"(?<![A-Z0-9])(HIP|ROCM)")
 _CUDA = re.compile(r"(?<![A-Z0-9])CUDA")
@@ -194,7 +252,8 @@ def _or(a: bool | None, b: bool | None) -> bool | None:
 
 
 class _ConditionOnCuda:
-    """Recursive descent over cmake's if() grammar (OR < AND < NOT < comparisons), in Kleene logic."""
+    """Recursive descent over cmake's if() grammar (OR
+    < AND < NOT < comparisons), in Kleene logic."""
 
     def __init__(self, tokens: list[str]) -> None:
         self.tokens, self.i = tokens, 0
@@ -251,15 +310,15 @@ class _ConditionOnCuda:
 def _platform_atom(op: str | None, operands: list[str]) -> bool | None:
     text = " ".join(o.strip('"') for o in operands).upper()
     rocm, cuda = bool(_ROCM.search(text)), bool(_CUDA.search(text))
-    if op is None:  # a bare or DEFINED/EXISTS variable: only ROCm/HIP ones say anything about the platform
+    # a bare or DEFINED/EXISTS variable: only ROCm/HIP ones say anything about the platform
+    if op is None:
         return False if rocm else None
     if op not in _PLATFORM_COMPARISONS or rocm == cuda:
         return None  # version and numeric checks do not pick a platform
     return cuda
 
 
-
-
 def condition_on_cuda(condition: str) -> bool | None:
-    """A condition's value on a CUDA build: False (selects ROCm/HIP or excludes CUDA), True, or None (unknown)."""
+    """A condition's value on a CUDA build: False (selects
+    ROCm/HIP or excludes CUDA), True, or None (unknown)."""
     return _ConditionOnCuda(condition_tokens(condition)).value()

@@ -30,7 +30,7 @@ from resources.names import KNOWN_SCHEMES, NameRefused, check_relative_path, che
 MAX_DEPTH = 4
 _GIT_CONFIG_TIMEOUT_S = 30.0
 _BAD_LINE = re.compile(r"bad config line (\d+)")
-_HEADER = re.compile(r'^\s*\[\s*submodule\s+"((?:[^"\\]|\\.)*)"\s*\]', re.I)
+_HEADER = re.compile(r'^\s*\[\s*submodule\s+"((?:[^"\\]|\\.)*)"\s*\]', re.IGNORECASE)
 
 
 class Submodule(Model):
@@ -42,24 +42,34 @@ class Submodule(Model):
 
 
 def _git_config_list(text: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "config", "--no-includes", "--file", "-", "--list", "-z"], input=text.encode("utf-8"),
-                          capture_output=True, timeout=_GIT_CONFIG_TIMEOUT_S, check=False)
+    return subprocess.run(
+        ["git", "config", "--no-includes", "--file", "-", "--list", "-z"],
+        input=text.encode("utf-8"),
+        capture_output=True,
+        timeout=_GIT_CONFIG_TIMEOUT_S,
+        check=False,
+    )
 
 
 def _bad_line(text: str, stderr: str) -> int | None:
     """The line git refused. git counts the newline that ends a broken line before it notices (an
-    unclosed `[submodule "x"` is reported on the NEXT line), so the line before is tried on its own."""
+    unclosed `[submodule "x"` is reported on the NEXT
+    line), so the line before is tried on its own."""
     bad = _BAD_LINE.search(stderr)
     if bad is None:
         return None
     line = int(bad.group(1))
-    if line > 1 and _git_config_list("\n".join(text.splitlines()[: line - 1]) + "\n").returncode != 0:
+    if (
+        line > 1
+        and _git_config_list("\n".join(text.splitlines()[: line - 1]) + "\n").returncode != 0
+    ):
         return line - 1
     return line
 
 
 def read_gitmodules(text: str, path: str) -> list[Submodule]:
-    """The submodules of a `.gitmodules`, as git reads it; a line git refuses is a FileFormatError at that line."""
+    """The submodules of a `.gitmodules`, as git reads it;
+    a line git refuses is a FileFormatError at that line."""
     proc = _git_config_list(check_utf8(text, path))
     if proc.returncode != 0:
         stderr = proc.stderr.decode("utf-8", "replace").strip()
@@ -84,7 +94,7 @@ def _line_of(text: str, name: str, option: str) -> int | None:
     for number, line in enumerate(text.splitlines(), 1):
         if header := _HEADER.match(line):
             current = header.group(1).replace('\\"', '"').replace("\\\\", "\\")
-        elif current == name and re.match(rf"^\s*{option}\s*=", line, re.I):
+        elif current == name and re.match(rf"^\s*{option}\s*=", line, re.IGNORECASE):
             hit = number
     return hit
 
@@ -98,7 +108,8 @@ def relative_submodule_url(parent_url: str, url: str) -> str:
     base, rest, sep = parent_url.rstrip("/"), url, "/"
     scheme = base.find("://")
     # Under a scheme only the path's `/`s separate components; the host (and its :port) stays.
-    floor = (base.find("/", scheme + 3) % (len(base) + 1)) if scheme >= 0 else 0  # no path: len(base)
+    # no path: len(base)
+    floor = (base.find("/", scheme + 3) % (len(base) + 1)) if scheme >= 0 else 0
     while rest.startswith(("./", "../")):
         if rest.startswith("./"):
             rest = rest[2:]
@@ -111,8 +122,11 @@ def relative_submodule_url(parent_url: str, url: str) -> str:
     return f"{base}{sep}{rest}"
 
 
-def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodules") -> dict[str, str]:
-    """`.gitmodules` path -> absolute URL (relative URLs resolve against the parent's URL, as git does).
+def submodule_urls(
+    gitmodules_text: str, parent_url: str, path: str = ".gitmodules"
+) -> dict[str, str]:
+    """`.gitmodules` path -> absolute URL (relative
+    URLs resolve against the parent's URL, as git does).
 
     Each url must be a git URL of a known scheme (never an option, `ext::` or a bare path) and each
     path a relative path inside the tree: otherwise FileFormatError names the line and the value."""
@@ -126,11 +140,15 @@ def submodule_urls(gitmodules_text: str, parent_url: str, path: str = ".gitmodul
         try:
             check_relative_path(f"submodule {sub.name!r} path", sub.path)
         except NameRefused as exc:
-            raise FileFormatError(path, _line_of(gitmodules_text, sub.name, "path"), str(exc)) from None
+            raise FileFormatError(
+                path, _line_of(gitmodules_text, sub.name, "path"), str(exc)
+            ) from None
         try:
             check_url(f"submodule {sub.name!r} url", url, KNOWN_SCHEMES)
         except NameRefused as exc:
-            raise FileFormatError(path, _line_of(gitmodules_text, sub.name, "url"), str(exc)) from None
+            raise FileFormatError(
+                path, _line_of(gitmodules_text, sub.name, "url"), str(exc)
+            ) from None
         urls[sub.path] = url
     return urls
 
@@ -148,10 +166,12 @@ class CacheUse(Model):
         self.held_before.setdefault(url, before)
 
 
-def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0,
-             use: CacheUse | None = None) -> dict[str, str]:
-    """Check out `sha` of `url` at `dest` and, recursively, every gitlink at the commit its parent records.
-    Returns {gitlink path relative to the top dest: commit}. A gitlink that cannot be fetched stays an
+def populate(
+    git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0, use: CacheUse | None = None
+) -> dict[str, str]:
+    """Check out `sha` of `url` at `dest` and, recursively, every gitlink at the commit its parent
+    records. Returns {gitlink path relative to the top dest:
+    commit}. A gitlink that cannot be fetched stays an
     empty directory, for the check to name. `use` adds up what each fetch brought into the cache."""
     before = git.mirror_bytes(url=url)
     try:
@@ -163,7 +183,11 @@ def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0,
     if not links or depth >= MAX_DEPTH:
         return links
     gitmodules = dest / ".gitmodules"
-    urls = submodule_urls(read_text(gitmodules), url, str(gitmodules)) if os.path.lexists(gitmodules) else {}
+    urls = (
+        submodule_urls(read_text(gitmodules), url, str(gitmodules))
+        if os.path.lexists(gitmodules)
+        else {}
+    )
     found: dict[str, str] = {}
     for path, commit in links.items():
         found[path] = commit
@@ -182,7 +206,8 @@ def populate(git: GitRemotes, *, url: str, sha: str, dest: Path, depth: int = 0,
 
 
 def gitlink_states(root: Path, gitlinks: dict[str, str]) -> dict[str, str]:
-    """Each gitlink path -> 'checkout' (.git present), 'tree' (files present) or 'EMPTY' / 'MISSING'."""
+    """Each gitlink path -> 'checkout' (.git present),
+    'tree' (files present) or 'EMPTY' / 'MISSING'."""
     states = {}
     for path in gitlinks:
         where = root / path
@@ -196,7 +221,8 @@ def gitlink_states(root: Path, gitlinks: dict[str, str]) -> dict[str, str]:
 
 
 def gitlinks_populated(trees: list[DepTree]) -> Finding:
-    """Every gitlink of every dep tree holds a .git or a checked-out tree; an empty directory fails."""
+    """Every gitlink of every dep tree holds a .git or
+    a checked-out tree; an empty directory fails."""
     bad: list[str] = []
     total = 0
     for tree in trees:
@@ -204,10 +230,22 @@ def gitlinks_populated(trees: list[DepTree]) -> Finding:
             continue
         states = gitlink_states(Path(tree.path), tree.gitlinks)
         total += len(states)
-        bad += [f"{tree.name}/{p} is {s} (gitlink {tree.gitlinks[p][:12]})" for p, s in states.items() if s in ("EMPTY", "MISSING")]
+        bad += [
+            f"{tree.name}/{p} is {s} (gitlink {tree.gitlinks[p][:12]})"
+            for p, s in states.items()
+            if s in ("EMPTY", "MISSING")
+        ]
     if bad:
-        return Finding(passed=False, description="gitlinks not populated (an empty dir passes `[ -d ]` and dies in the build): " + "; ".join(bad))
-    return Finding(passed=True, description=f"all {total} gitlinks hold a .git or a checked-out tree")
+        return Finding(
+            passed=False,
+            description=(
+                "gitlinks not populated (an empty dir passes `[ -d ]` and dies in the build): "
+            )
+            + "; ".join(bad),
+        )
+    return Finding(
+        passed=True, description=f"all {total} gitlinks hold a .git or a checked-out tree"
+    )
 
 
 def resolve_pin(git: GitRemotes, repository: str, tag: str) -> str:
@@ -221,7 +259,8 @@ def resolve_pin(git: GitRemotes, repository: str, tag: str) -> str:
 
 
 def fetch_dep(git: GitRemotes, *, name: str, repository: str, tag: str, dest: Path) -> DepTree:
-    """One dependency at its pin, with bytes fetched (its gitlinks' too) vs already in the shared cache."""
+    """One dependency at its pin, with bytes fetched (its
+    gitlinks' too) vs already in the shared cache."""
     tree = DepTree(name=name, repository=repository, tag=tag, commit=None, path=None)
     use = CacheUse()
     try:

@@ -6,7 +6,8 @@ newer cut exists.
 A pin unchanged from the previous rev's lock is not part of this rev's cut: it is a HOLD when its
 fork's integration branches have nothing in the cut window of the pins that moved (the runbook's
 r39 holds LMCache at 29bc5a2e while vLLM and b12x are a same-moment cut), and a skipped cut when
-they do (r28: vLLM advanced while b12x and LMCache had their own cut commits, 21 and 3 fixes, left out).
+they do (r28: vLLM advanced while b12x and LMCache
+had their own cut commits, 21 and 3 fixes, left out).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jovian_assets.keys import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH
 from jovian_assets.models import (
     AdoptedLock,
     BranchCommit,
@@ -23,7 +25,6 @@ from jovian_assets.models import (
     HeldPin,
     PackageCut,
 )
-from jovian_assets.keys import NEWER_CUT, ONE_CUT, PINS_REACHABLE, TREES_MATCH
 from jovian_assets.revs import find_rev_lock, lab_locks
 from jovian_assets.source_lock import LockedPackage
 from resources.errors import LockstepError
@@ -37,14 +38,24 @@ if TYPE_CHECKING:
 _SHOWN_COMMITS = 25  # per fork in a failure; the rest are counted
 
 
-def audit_package(git: GitRemotes, pkg: LockedPackage, branch_pattern: str, previous: LockedPackage | None = None) -> PackageCut:
-    """Fetch the pin through the shared cache, read its tree and time, and compare the integration branches."""
-    cut = PackageCut(name=pkg.name, repository=redact(pkg.repository), commit=pkg.commit, lock_tree=pkg.tree,
-                     previous_commit=previous.commit if previous is not None else None)
+def audit_package(
+    git: GitRemotes, pkg: LockedPackage, branch_pattern: str, previous: LockedPackage | None = None
+) -> PackageCut:
+    """Fetch the pin through the shared cache, read its
+    tree and time, and compare the integration branches."""
+    cut = PackageCut(
+        name=pkg.name,
+        repository=redact(pkg.repository),
+        commit=pkg.commit,
+        lock_tree=pkg.tree,
+        previous_commit=previous.commit if previous is not None else None,
+    )
     try:
         cut.tree = git.tree_of(url=pkg.repository, sha=pkg.commit)
         cut.committed_at = git.commit_info(url=pkg.repository, sha=pkg.commit).committed_at
-        for name, tip in sorted(git.ls_remote_heads(url=pkg.repository, pattern=branch_pattern).items()):
+        for name, tip in sorted(
+            git.ls_remote_heads(url=pkg.repository, pattern=branch_pattern).items()
+        ):
             ahead, behind = git.ahead_behind(url=pkg.repository, base=pkg.commit, tip=tip)
             cut.branches.append(BranchTip(name=name, tip=tip, ahead=ahead, behind=behind))
     except LockstepError as exc:
@@ -52,13 +63,21 @@ def audit_package(git: GitRemotes, pkg: LockedPackage, branch_pattern: str, prev
     return cut
 
 
-def previous_lock(git: GitRemotes, jovian: JovianSection, adopted: AdoptedLock) -> AdoptedLock | None:
-    """The lock of the lab's preceding rev (rev order: r2 < r10 < r39) at the same lab commit, or None."""
-    earlier = [e.rev for e in lab_locks(git, jovian, lab_commit=adopted.lab_commit)
-               if e.rev is not None and rev_order(e.rev) < rev_order(adopted.rev)]
+def previous_lock(
+    git: GitRemotes, jovian: JovianSection, adopted: AdoptedLock
+) -> AdoptedLock | None:
+    """The lock of the lab's preceding rev (rev order:
+    r2 < r10 < r39) at the same lab commit, or None."""
+    earlier = [
+        e.rev
+        for e in lab_locks(git, jovian, lab_commit=adopted.lab_commit)
+        if e.rev is not None and rev_order(e.rev) < rev_order(adopted.rev)
+    ]
     if not earlier:
         return None
-    return find_rev_lock(git, jovian, lab_commit=adopted.lab_commit, rev=max(earlier, key=rev_order))
+    return find_rev_lock(
+        git, jovian, lab_commit=adopted.lab_commit, rev=max(earlier, key=rev_order)
+    )
 
 
 def unchanged(cut: ForkCut) -> list[PackageCut]:
@@ -69,7 +88,8 @@ def unchanged(cut: ForkCut) -> list[PackageCut]:
 
 
 def moved(cut: ForkCut) -> list[PackageCut]:
-    """The pins that form this rev's cut: all of them when there is no previous rev, or nothing moved."""
+    """The pins that form this rev's cut: all of them
+    when there is no previous rev, or nothing moved."""
     still = {p.name for p in unchanged(cut)}
     return [p for p in cut.packages if p.name not in still] or list(cut.packages)
 
@@ -86,7 +106,8 @@ def cut_window(cut: ForkCut) -> tuple[datetime, datetime] | None:
 
 
 def collect_commits_after(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -> None:
-    """For each unchanged pin, its branches' commits after the pin up to the window's end (on the record)."""
+    """For each unchanged pin, its branches' commits after
+    the pin up to the window's end (on the record)."""
     window = cut_window(cut)
     if window is None:
         return
@@ -94,19 +115,27 @@ def collect_commits_after(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -
         try:
             for branch in pkg.branches:
                 if branch.ahead:
-                    branch.commits = [BranchCommit(sha=c.sha, committed_at=c.committed_at, summary=c.summary)
-                                      for c in git.commits_after(url=urls[pkg.name], base=pkg.commit, tip=branch.tip,
-                                                                 until=window[1])]
+                    branch.commits = [
+                        BranchCommit(sha=c.sha, committed_at=c.committed_at, summary=c.summary)
+                        for c in git.commits_after(
+                            url=urls[pkg.name], base=pkg.commit, tip=branch.tip, until=window[1]
+                        )
+                    ]
         except LockstepError as exc:
             pkg.error = str(exc)
 
 
 def fork_changelogs(git: GitRemotes, cut: ForkCut, urls: dict[str, str]) -> list[CommitRange]:
-    """Per fork, the commits between the previous rev's pin and this rev's: what adopting the rev adds
-    (and removes, for a pin moved back or a rewritten branch). A fork new in this rev has nothing to compare."""
+    """Per fork, the commits between the previous rev's
+    pin and this rev's: what adopting the rev adds
+    (and removes, for a pin moved back or a rewritten
+    branch). A fork new in this rev has nothing to compare."""
     from resources.changelog import commit_range
-    return [commit_range(git, repo=p.name, url=urls[p.name], base=p.previous_commit, target=p.commit)
-            for p in cut.packages]
+
+    return [
+        commit_range(git, repo=p.name, url=urls[p.name], base=p.previous_commit, target=p.commit)
+        for p in cut.packages
+    ]
 
 
 def spread_minutes(cut: ForkCut) -> float | None:
@@ -115,9 +144,13 @@ def spread_minutes(cut: ForkCut) -> float | None:
     return (max(times) - min(times)).total_seconds() / 60 if len(times) > 1 else None
 
 
-def skipped_commits(pkg: PackageCut, window: tuple[datetime, datetime]) -> list[tuple[str, BranchCommit]]:
-    """(branch, commit) a same-moment cut would have taken: the commits after the pin of every branch that
-    has one in the window (another line, e.g. an old r18 branch, skipped nothing). Empty: no such branch."""
+def skipped_commits(
+    pkg: PackageCut, window: tuple[datetime, datetime]
+) -> list[tuple[str, BranchCommit]]:
+    """(branch, commit) a same-moment cut would have
+    taken: the commits after the pin of every branch that
+    has one in the window (another line, e.g. an old r18
+    branch, skipped nothing). Empty: no such branch."""
     seen: dict[str, tuple[str, BranchCommit]] = {}
     for branch in pkg.branches:
         if not any(window[0] <= c.committed_at <= window[1] for c in branch.commits):
@@ -132,10 +165,17 @@ def holds(cut: ForkCut) -> list[HeldPin]:
     window = cut_window(cut)
     if window is None or cut.previous_rev is None:
         return []
-    return [HeldPin(package=p.name, commit=p.commit, since_rev=cut.previous_rev,
-                    description=f"{p.name} held at {p.commit[:8]} (unchanged since {cut.previous_rev}; "
-                                f"no integration commits within the {cut.rev} cut window)")
-            for p in unchanged(cut) if not p.error and not skipped_commits(p, window)]
+    return [
+        HeldPin(
+            package=p.name,
+            commit=p.commit,
+            since_rev=cut.previous_rev,
+            description=f"{p.name} held at {p.commit[:8]} (unchanged since {cut.previous_rev}; "
+            f"no integration commits within the {cut.rev} cut window)",
+        )
+        for p in unchanged(cut)
+        if not p.error and not skipped_commits(p, window)
+    ]
 
 
 def _shown(text: str) -> str:
@@ -146,25 +186,41 @@ def _shown(text: str) -> str:
 
 
 def _skipped_text(cut: ForkCut, pkg: PackageCut, skipped: list[tuple[str, BranchCommit]]) -> str:
-    listed = "; ".join(f"{c.sha[:12]} {c.committed_at:%Y-%m-%dT%H:%MZ} {_shown(c.summary)} ({branch})"
-                       for branch, c in skipped[:_SHOWN_COMMITS])
+    listed = "; ".join(
+        f"{c.sha[:12]} {c.committed_at:%Y-%m-%dT%H:%MZ} {_shown(c.summary)} ({branch})"
+        for branch, c in skipped[:_SHOWN_COMMITS]
+    )
     more = f"; and {len(skipped) - _SHOWN_COMMITS} more" if len(skipped) > _SHOWN_COMMITS else ""
-    return (f"{pkg.name} stayed at {pkg.commit[:8]} (unchanged since {cut.previous_rev}) while its integration branches "
-            f"were cut within the {cut.rev} window: it skipped {len(skipped)} commit(s): {listed}{more}")
+    return (
+        f"{pkg.name} stayed at {pkg.commit[:8]} (unchanged since {cut.previous_rev}) while its "
+        "integration branches "
+        f"were cut within the {cut.rev} window: it skipped {len(skipped)} commit(s): {listed}{more}"
+    )
 
 
 def _one_cut(cut: ForkCut) -> Finding:
     pins = moved(cut)
     timed = sorted((p for p in pins if p.committed_at), key=lambda p: p.committed_at)  # type: ignore[arg-type, return-value]
     if not timed or len(timed) < len(pins):
-        return Finding(passed=False, description="commit times unknown: cannot show the pins are one cut")
+        return Finding(
+            passed=False, description="commit times unknown: cannot show the pins are one cut"
+        )
     spread = spread_minutes(cut) or 0.0
     problems = []
     if spread > cut.window_minutes:
         newest = timed[-1]
-        behind = [f"{p.name} {(newest.committed_at - p.committed_at).total_seconds() / 60:.0f} min before {newest.name}"  # type: ignore[operator]
-                  for p in timed[:-1] if (newest.committed_at - p.committed_at).total_seconds() / 60 > cut.window_minutes]  # type: ignore[operator]
-        problems.append(f"the pins span {spread:.0f} minutes, over the {cut.window_minutes:.0f}-minute cut window ({'; '.join(behind)})")
+        behind = [
+            (
+                f"{p.name} {(newest.committed_at - p.committed_at).total_seconds() / 60:.0f} "
+                f"min before {newest.name}"
+            )  # type: ignore[operator]
+            for p in timed[:-1]
+            if (newest.committed_at - p.committed_at).total_seconds() / 60 > cut.window_minutes
+        ]  # type: ignore[operator]
+        problems.append(
+            f"the pins span {spread:.0f} minutes, over the {cut.window_minutes:.0f}-minute cut "
+            f"window ({'; '.join(behind)})"
+        )
     window = cut_window(cut)
     kept = holds(cut)
     if window is not None:
@@ -174,34 +230,62 @@ def _one_cut(cut: ForkCut) -> Finding:
             elif skipped := skipped_commits(pkg, window):
                 problems.append(_skipped_text(cut, pkg, skipped))
     if problems:
-        return Finding(passed=False, description=(
-            f"half-cut rev {cut.rev}: {'. '.join(problems)}. A mixed stack builds and benches but skips the "
-            "left-behind forks' fixes: re-cut the FULL fork set."))
-    what = (f"{len(pins)} moved pins within {spread:.1f} minutes" if cut.previous_rev and len(pins) < len(cut.packages)
-            else f"all pins within {spread:.1f} minutes")
-    return Finding(passed=True, description="; ".join([f"{what} (window {cut.window_minutes:.0f})", *(h.description for h in kept)]))
+        return Finding(
+            passed=False,
+            description=(
+                f"half-cut rev {cut.rev}: {'. '.join(problems)}. A mixed stack builds and "
+                "benches but skips the "
+                "left-behind forks' fixes: re-cut the FULL fork set."
+            ),
+        )
+    what = (
+        f"{len(pins)} moved pins within {spread:.1f} minutes"
+        if cut.previous_rev and len(pins) < len(cut.packages)
+        else f"all pins within {spread:.1f} minutes"
+    )
+    return Finding(
+        passed=True,
+        description="; ".join(
+            [f"{what} (window {cut.window_minutes:.0f})", *(h.description for h in kept)]
+        ),
+    )
 
 
 def findings(cut: ForkCut) -> dict[str, Finding]:
     """The four fork-cut checks as plain findings."""
-    unreachable = [f"{p.name} {p.commit[:12]} from {p.repository}: {p.error}" for p in cut.packages if p.error]
+    unreachable = [
+        f"{p.name} {p.commit[:12]} from {p.repository}: {p.error}" for p in cut.packages if p.error
+    ]
     mismatched = [
         f"{p.name}: {p.commit[:12]}^{{tree}} is {p.tree}, the lock says {p.lock_tree}"
-        for p in cut.packages if p.tree is not None and p.tree != p.lock_tree
+        for p in cut.packages
+        if p.tree is not None and p.tree != p.lock_tree
     ]
     out = {
         PINS_REACHABLE: Finding(
             passed=not unreachable,
-            description="; ".join(unreachable) or f"all {len(cut.packages)} pins fetched by exact sha",
+            description="; ".join(unreachable)
+            or f"all {len(cut.packages)} pins fetched by exact sha",
         ),
         TREES_MATCH: Finding(
             passed=not mismatched and not unreachable,
-            description="; ".join(mismatched) or ("trees unknown: pins unreachable" if unreachable
-                                                  else "every pinned commit's tree equals the lock's tree"),
+            description="; ".join(mismatched)
+            or (
+                "trees unknown: pins unreachable"
+                if unreachable
+                else "every pinned commit's tree equals the lock's tree"
+            ),
         ),
         ONE_CUT: _one_cut(cut),
     }
-    newer = [f"{p.name}: {b.name} is {b.ahead} commit(s) past the pin" for p in cut.packages for b in p.branches
-             if b.behind == 0 and b.ahead > 0]
-    out[NEWER_CUT] = Finding(passed=not newer, description="; ".join(newer) or "no integration branch has commits after its pin")
+    newer = [
+        f"{p.name}: {b.name} is {b.ahead} commit(s) past the pin"
+        for p in cut.packages
+        for b in p.branches
+        if b.behind == 0 and b.ahead > 0
+    ]
+    out[NEWER_CUT] = Finding(
+        passed=not newer,
+        description="; ".join(newer) or "no integration branch has commits after its pin",
+    )
     return out

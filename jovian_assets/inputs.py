@@ -14,30 +14,37 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from resources.errors import FileFormatError, LockstepError, refuse_nul
-from resources.reader import read_text as _read_text
 from resources.names import KNOWN_SCHEMES, NameRefused, PathEscape, check_name, check_url, under
+from resources.reader import read_text as _read_text
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
 def read_text(path: Path, shown: str | Path | None = None) -> str:
-    """A regular file's text, refused unless it is UTF-8 without NUL bytes (resources/reader.py: never a
-    directory, FIFO or device, never past its size limit); errors name `shown` (default: the path)."""
+    """A regular file's text, refused unless it is UTF-8
+    without NUL bytes (resources/reader.py: never a
+    directory, FIFO or device, never past its size
+    limit); errors name `shown` (default: the path)."""
     return _read_text(path, shown)
 
 
 def check_utf8(text: str, path: str | Path) -> str:
-    """`text` as given, refused when it holds a byte that was not UTF-8 (decoded with surrogateescape) or a NUL."""
+    """`text` as given, refused when it holds a byte that was not UTF-8 (decoded with
+    surrogateescape) or a NUL."""
     bad = _ESCAPED_BYTE.search(text)
     if bad is not None:
         line = text.count("\n", 0, bad.start()) + 1
         byte = ord(bad.group()) - 0xDC00
-        raise FileFormatError(path, line, f"not UTF-8 text (byte {byte:#04x}): save the file as UTF-8")
+        raise FileFormatError(
+            path, line, f"not UTF-8 text (byte {byte:#04x}): save the file as UTF-8"
+        )
     refuse_nul(text, path)
     return text
 
 
-def _at(rule: Callable[[str, object], str], path: str | Path, line: int | None, kind: str, value: object) -> str:
+def _at(
+    rule: Callable[[str, object], str], path: str | Path, line: int | None, kind: str, value: object
+) -> str:
     try:
         return rule(kind, value)
     except NameRefused as exc:
@@ -49,8 +56,13 @@ def name_at(path: str | Path, line: int | None, kind: str, value: object) -> str
     return _at(check_name, path, line, kind, value)
 
 
-def url_at(path: str | Path, line: int | None, kind: str, value: object,
-           schemes: Collection[str] = KNOWN_SCHEMES) -> str:
+def url_at(
+    path: str | Path,
+    line: int | None,
+    kind: str,
+    value: object,
+    schemes: Collection[str] = KNOWN_SCHEMES,
+) -> str:
     """`check_url` with the file and line the value came from."""
     return _at(lambda k, v: check_url(k, v, schemes), path, line, kind, value)
 
@@ -61,7 +73,8 @@ class PathRefused(LockstepError):
 
 
 def inside(root: Path, *parts: str) -> Path:
-    """`names.under(root, *parts)`, refused as a PathRefused (a LockstepError) when it would leave `root`."""
+    """`names.under(root, *parts)`, refused as a PathRefused
+    (a LockstepError) when it would leave `root`."""
     try:
         return under(root, *parts)
     except PathEscape as exc:

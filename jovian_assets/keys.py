@@ -1,8 +1,8 @@
 """Every asset key and check name of the jovian location, declared once, and its pools' names.
 
-Every module that names a key imports it from here: the assets that define them, the lane code (which
-reads the lane's history), the sensors, the status and the alerts. Their own module, so naming a key
-does not load the code that materializes it into every process that loads the location
+Every module that names a key imports it from here: the assets that define them, the lane code
+(which reads the lane's history), the sensors, the status and the alerts. Their own module, so
+naming a key does not load the code that materializes it into every process that loads the location
 (docs/PERFORMANCE.md, code-location load).
 """
 
@@ -40,19 +40,21 @@ IMAGE_LABELED = "image_labeled"
 QUALITY_GATE = "quality_not_below_baseline"
 
 
-
 def lane_container(lane: str) -> str:
-    """The lane's serving container on every node: one fixed name per lane (jovian_assets/lane.py starts
+    """The lane's serving container on every node: one
+    fixed name per lane (jovian_assets/lane.py starts
     it, sensors/lane_watch.py reads it)."""
     return f"lockstep-{lane}"
 
 
 def node_pool(node: str) -> str:
-    """The Dagster pool of one DGX node: builds on a node run one at a time (instance default_limit 1)."""
+    """The Dagster pool of one DGX node: builds on a
+    node run one at a time (instance default_limit 1)."""
     return f"spark_node/{node}"
 
 
-# lane_watch_sensor's observation of LANE (sensors/lane_watch.py), read by lockstep/status (tpu location).
+# lane_watch_sensor's observation of LANE
+# (sensors/lane_watch.py), read by lockstep/status (tpu location).
 LANE_WATCH_SENSOR = "lane_watch_sensor"
 LIVE_NODES = "live_nodes"  # node -> image ID its container runs, or null
 LIVE_WHY = "live_why"  # node -> why it has no image ID (only the null ones)

@@ -1,4 +1,5 @@
-"""What the Jovian assets record, as pydantic models (pickled by the IO manager, shown as metadata)."""
+"""What the Jovian assets record, as pydantic models
+(pickled by the IO manager, shown as metadata)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ class BranchTip(Model):
     tip: str
     ahead: int  # commits on the branch after the pin
     behind: int  # commits at the pin that the branch does not have
-    # For a pin unchanged since the previous rev: the branch's commits after the pin, up to the end of
-    # this rev's cut window (what a same-moment cut would have taken). Empty otherwise.
+    # For a pin unchanged since the previous rev: the branch's commits after the pin, up to the end
+    # of this rev's cut window (what a same-moment cut would have taken). Empty otherwise.
     commits: list[BranchCommit] = Field(default_factory=list)
 
 
@@ -49,21 +50,26 @@ class PackageCut(Model):
     repository: str
     commit: str
     lock_tree: str
-    tree: str | None = None  # `git rev-parse <commit>^{tree}`, None when the pin could not be fetched
+    # `git rev-parse <commit>^{tree}`, None when the pin could not be fetched
+    tree: str | None = None
     error: str | None = None
     committed_at: datetime | None = None
     branches: list[BranchTip] = Field(default_factory=list)
-    previous_commit: str | None = None  # this package's pin in the previous rev's lock; None: no such pin
+    # this package's pin in the previous rev's lock; None: no such pin
+    previous_commit: str | None = None
 
 
 class HeldPin(Model):
-    """A pin left unchanged since the previous rev while its fork had nothing in this rev's cut window:
+    """A pin left unchanged since the previous rev
+    while its fork had nothing in this rev's cut window:
     held on purpose (the runbook's r39 holds LMCache at 29bc5a2e), reported, not failed."""
 
     package: str
     commit: str
     since_rev: str
-    description: str  # e.g. "lmcache held at 29bc5a2e (unchanged since r38; no integration commits within the r39 cut window)"
+    # e.g. "lmcache held at 29bc5a2e (unchanged since r38;
+    # no integration commits within the r39 cut window)"
+    description: str
 
 
 class ForkCut(Model):
@@ -72,7 +78,8 @@ class ForkCut(Model):
     rev: str
     window_minutes: float
     packages: list[PackageCut]
-    previous_rev: str | None = None  # the lab's preceding rev, whose lock tells a held pin from a moved one
+    # the lab's preceding rev, whose lock tells a held pin from a moved one
+    previous_rev: str | None = None
     holds: list[HeldPin] = Field(default_factory=list)
 
 
@@ -86,7 +93,8 @@ class BuildProfile(Model):
     """`jovian/build_profile`: profiles/<rev>.env in the build repo."""
 
     rev: str
-    build_dir: str  # the rev's lineage dir ([[jovian.lineages]], else [jovian] build_dir): what the build ships
+    # the rev's lineage dir ([[jovian.lineages]], else [jovian] build_dir): what the build ships
+    build_dir: str
     path: str
     text: str
     diff: list[ProfileDiff]
@@ -101,13 +109,18 @@ class DepRow(Model):
     name: str
     repository: str | None = None
     tag: str | None = None
-    submodules: list[str] = Field(default_factory=list)  # GIT_SUBMODULES: the gitlinks that must be populated
-    condition: str | None = None  # enclosing if()/elseif()/else() conditions joined with ' AND '; None at top level
+    # GIT_SUBMODULES: the gitlinks that must be populated
+    submodules: list[str] = Field(default_factory=list)
+    # enclosing if()/elseif()/else() conditions joined with ' AND '; None at top level
+    condition: str | None = None
     file: str  # relative to the tree root
     line: int  # line of the FetchContent_Declare / FetchContent_Populate
-    source_dir_override: str | None = None  # `$ENV{X_SRC_DIR}` or `X_SRC_DIR`: replaces the download when set
-    unresolved: list[str] = Field(default_factory=list)  # variables left as ${...} in repository/tag/submodules
-    recursive: list[str] = Field(default_factory=list)  # those of `unresolved` whose only set() refers to itself
+    # `$ENV{X_SRC_DIR}` or `X_SRC_DIR`: replaces the download when set
+    source_dir_override: str | None = None
+    # variables left as ${...} in repository/tag/submodules
+    unresolved: list[str] = Field(default_factory=list)
+    # those of `unresolved` whose only set() refers to itself
+    recursive: list[str] = Field(default_factory=list)
     kind: Literal["declare", "populate"] = "declare"
 
 
@@ -139,9 +152,11 @@ class ServedImage(Model):
 
 
 class LaneServing(Model):
-    """`jovian/lane_serving`: a rev's image booted on the lane, serving, and proven to be the built image.
+    """`jovian/lane_serving`: a rev's image booted on
+    the lane, serving, and proven to be the built image.
 
-    The bench targets `base_url` on `bench_node` (the endpoint is local to that node); the report names
+    The bench targets `base_url` on `bench_node` (the
+    endpoint is local to that node); the report names
     `image_id`. If the quality gate fails, the lane goes back to `previous`."""
 
     rev: str
@@ -154,7 +169,9 @@ class LaneServing(Model):
     model: str  # the name `/v1/models` lists
     container: str
     warm: bool  # the node's JIT cache was populated before this start
-    seconds_to: dict[str, float] = Field(default_factory=dict)  # readiness mark -> seconds after the start
+    # readiness mark -> seconds after the start
+    seconds_to: dict[str, float] = Field(default_factory=dict)
     previous: ServedImage | None = None
-    jit_warm: dict[str, bool] = Field(default_factory=dict)  # lane node -> its JIT cache held files before the start
+    # lane node -> its JIT cache held files before the start
+    jit_warm: dict[str, bool] = Field(default_factory=dict)
     budget_s: float | None = None  # the readiness budget it had (warm or cold)

@@ -1,4 +1,5 @@
-"""The `lockstep` command: the sandbox, the demo, and (later) image and rollback tools for people."""
+"""The `lockstep` command: the sandbox, the demo,
+and (later) image and rollback tools for people."""
 
 from __future__ import annotations
 
@@ -35,19 +36,32 @@ def sandbox() -> None:
 
 
 _dir = click.option(
-    "--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path(".sandbox"),
-    show_default=True, help="Where the sandbox lives.",
+    "--dir",
+    "root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".sandbox"),
+    show_default=True,
+    help="Where the sandbox lives.",
 )
 
 
 @sandbox.command("up")
 @_dir
-@click.option("--registry", default=None, metavar="HOST:PORT",
-              help="Use this running registry server instead of an image-layout directory (first run only).")
-@click.option("--consumer-shape", type=click.Choice(["direct_reference", "uv_source"]), default="direct_reference",
-              show_default=True,
-              help="How the consumer's pyproject declares harbor: a PEP 508 direct reference following the branch "
-                   "(as OpenThoughts-Agent does), or [tool.uv.sources] with branch = (first run only).")
+@click.option(
+    "--registry",
+    default=None,
+    metavar="HOST:PORT",
+    help="Use this running registry server instead of an image-layout directory (first run only).",
+)
+@click.option(
+    "--consumer-shape",
+    type=click.Choice(["direct_reference", "uv_source"]),
+    default="direct_reference",
+    show_default=True,
+    help="How the consumer's pyproject declares harbor: a PEP 508 direct reference following the "
+    "branch "
+    "(as OpenThoughts-Agent does), or [tool.uv.sources] with branch = (first run only).",
+)
 def sandbox_up(root: Path, registry: str | None, consumer_shape: str) -> None:
     """Create the sandbox (idempotent) and print its site file."""
     from sandbox.world import up
@@ -58,20 +72,28 @@ def sandbox_up(root: Path, registry: str | None, consumer_shape: str) -> None:
     click.echo(f"sandbox ready: {sb.site_file}")
     click.echo(f"  harbor   {sb.url(sb.harbor)}")
     click.echo(f"  consumer {sb.url(sb.consumer)}")
-    click.echo(f"  engines  {len(pids)} dockerd (pids {', '.join(map(str, pids))}); stop them: lockstep sandbox down")
+    click.echo(
+        f"  engines  {len(pids)} dockerd (pids {', '.join(map(str, pids))}); stop them: lockstep "
+        "sandbox down"
+    )
 
 
 @sandbox.command("down")
 @_dir
 def sandbox_down(root: Path) -> None:
-    """Stop everything the sandbox runs (iris jobs, containers, its Docker engines, its git daemon) by the
+    """Stop everything the sandbox runs (iris jobs,
+    containers, its Docker engines, its git daemon) by the
     PIDs it recorded; keeps its files. Idempotent."""
     from sandbox.teardown import stop_sandbox
 
     stopped = _guard(lambda: stop_sandbox(root))
     for line in stopped:
         click.echo(f"stopped {line}")
-    click.echo(f"sandbox {root}: nothing runs" if not stopped else f"sandbox {root}: stopped {len(stopped)}")
+    click.echo(
+        f"sandbox {root}: nothing runs"
+        if not stopped
+        else f"sandbox {root}: stopped {len(stopped)}"
+    )
 
 
 def _require_engines() -> None:
@@ -97,7 +119,9 @@ def _start_engines(sb: Sandbox) -> list[int]:
 @sandbox.command("advance-harbor")
 @_dir
 @click.option("--fix", is_flag=True, help="Make this the commit that fixes the config-drift guard.")
-@click.option("--no-version-bump", is_flag=True, help="Keep harbor's version (the stale-wheel trap).")
+@click.option(
+    "--no-version-bump", is_flag=True, help="Keep harbor's version (the stale-wheel trap)."
+)
 def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None:
     """Push one new harbor commit upstream and print its sha."""
     from sandbox.world import advance_harbor
@@ -108,36 +132,88 @@ def sandbox_advance_harbor(root: Path, fix: bool, no_version_bump: bool) -> None
 @sandbox.command("new-lab-rev")
 @_dir
 @click.argument("name")
-@click.option("--half-cut", is_flag=True,
-              help="Pin only the new vLLM commit; keep b12x/LMCache at the previous rev's (hours older) pins.")
-@click.option("--move-dep", is_flag=True,
-              help="The new vLLM tree also moves cmake pins (FlashMLA, CUTLASS_REVISION): the dep table goes stale.")
-@click.option("--break-import", is_flag=True,
-              help="The new vLLM commit drops vllm/_flashkda_C: the image builds, its flashkda boot gate fails.")
-@click.option("--hold", multiple=True, type=click.Choice(["vllm", "b12x", "lmcache"]),
-              help="Hold this fork on purpose (repeatable): no new commits on it, the lock keeps the previous pin (r39's LMCache).")
-@click.option("--broken-model", is_flag=True,
-              help="The new vLLM commit serves a model that never calls a tool: it benches under the baseline.")
-def sandbox_new_lab_rev(root: Path, name: str, half_cut: bool, move_dep: bool, break_import: bool,
-                        hold: tuple[str, ...], broken_model: bool) -> None:
-    """Cut rev NAME across the sandbox forks and publish its source lock; print the lab commit and lock path."""
+@click.option(
+    "--half-cut",
+    is_flag=True,
+    help=(
+        "Pin only the new vLLM commit; keep b12x/LMCache at the previous rev's (hours older) pins."
+    ),
+)
+@click.option(
+    "--move-dep",
+    is_flag=True,
+    help=(
+        "The new vLLM tree also moves cmake pins (FlashMLA, CUTLASS_REVISION): the dep table "
+        "goes stale."
+    ),
+)
+@click.option(
+    "--break-import",
+    is_flag=True,
+    help=(
+        "The new vLLM commit drops vllm/_flashkda_C: the image builds, its flashkda boot gate "
+        "fails."
+    ),
+)
+@click.option(
+    "--hold",
+    multiple=True,
+    type=click.Choice(["vllm", "b12x", "lmcache"]),
+    help=(
+        "Hold this fork on purpose (repeatable): no new commits on it, the lock keeps the "
+        "previous pin (r39's LMCache)."
+    ),
+)
+@click.option(
+    "--broken-model",
+    is_flag=True,
+    help=(
+        "The new vLLM commit serves a model that never calls a tool: it benches under the baseline."
+    ),
+)
+def sandbox_new_lab_rev(
+    root: Path,
+    name: str,
+    half_cut: bool,
+    move_dep: bool,
+    break_import: bool,
+    hold: tuple[str, ...],
+    broken_model: bool,
+) -> None:
+    """Cut rev NAME across the sandbox forks and publish
+    its source lock; print the lab commit and lock path."""
     from sandbox.jovian_world import new_lab_rev
     from sandbox.world import up
 
-    _guard(lambda: up(root))  # new_lab_rev cuts in an existing sandbox; this command brings one up first
-    rev = _guard(lambda: new_lab_rev(root, name, half_cut=half_cut, move_dep=move_dep, break_import=break_import,
-                                     hold=hold, broken_model=broken_model))
+    # new_lab_rev cuts in an existing sandbox; this command brings one up first
+    _guard(lambda: up(root))
+    rev = _guard(
+        lambda: new_lab_rev(
+            root,
+            name,
+            half_cut=half_cut,
+            move_dep=move_dep,
+            break_import=break_import,
+            hold=hold,
+            broken_model=broken_model,
+        )
+    )
     click.echo(rev.lab_commit)
     click.echo(rev.lock_path)
 
 
 @sandbox.command("iris-fault")
 @_dir
-@click.argument("fault", type=click.Choice(["fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak",
-                                            "replace"]))
+@click.argument(
+    "fault",
+    type=click.Choice(
+        ["fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace"]
+    ),
+)
 def sandbox_iris_fault(root: Path, fault: str) -> None:
-    """Make the sandbox's next iris job misbehave: fail, hang, vanish, unschedulable, oom (ends `failed`),
-    pending (never scheduled), leak (prints its DOCKER_TOKEN into its log), replace (another job of the
+    """Make the sandbox's next iris job misbehave: fail, hang, vanish, unschedulable, oom (ends
+    `failed`), pending (never scheduled), leak (prints its
+    DOCKER_TOKEN into its log), replace (another job of the
     same name replaces it when it ends)."""
     from sandbox.fake_iris import queue_fault
 
@@ -149,7 +225,8 @@ def sandbox_iris_fault(root: Path, fault: str) -> None:
 @_dir
 @click.argument("contract", type=click.Choice(["2026-08", "2026-07", "2026-06"]))
 def sandbox_iris_contract(root: Path, contract: str) -> None:
-    """Make the sandbox's iris speak another 2026 CLI generation: 2026-08 (describe, cancel; today's),
+    """Make the sandbox's iris speak another 2026 CLI
+    generation: 2026-08 (describe, cancel; today's),
     2026-07 (summary text, kill), 2026-06 (summary --json, kill). Sets [iris] sandbox_contract."""
     from sandbox.world import use_iris_contract
 
@@ -158,8 +235,6 @@ def sandbox_iris_contract(root: Path, contract: str) -> None:
 
 
 # -- images ---------------------------------------------------------------------------------------
-
-
 
 
 @main.group()
@@ -174,10 +249,13 @@ def _image_ref(ref: str):  # type: ignore[no-untyped-def]
 
     try:
         parsed = ImageRef.parse(ref)
-    except LockstepError as exc:  # named as the argument it came from, as click names its own refusals
+    # named as the argument it came from, as click names its own refusals
+    except LockstepError as exc:
         raise click.BadParameter(str(exc), param_hint="REF") from None
     if not check_host_port(parsed.registry):
-        raise click.BadParameter(f"{ref!r}: {parsed.registry!r} is not a registry host[:port]", param_hint="REF")
+        raise click.BadParameter(
+            f"{ref!r}: {parsed.registry!r} is not a registry host[:port]", param_hint="REF"
+        )
     return parsed
 
 
@@ -205,8 +283,16 @@ def image_digest(ref: str, as_json: bool) -> None:
     import json
 
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
-    digest = _guard(lambda: registry.resolve(repository=parsed.repository, reference=parsed.reference))
-    why = None if digest else _guard(lambda: registry.absence(repository=parsed.repository, reference=parsed.reference))
+    digest = _guard(
+        lambda: registry.resolve(repository=parsed.repository, reference=parsed.reference)
+    )
+    why = (
+        None
+        if digest
+        else _guard(
+            lambda: registry.absence(repository=parsed.repository, reference=parsed.reference)
+        )
+    )
     if as_json:
         click.echo(json.dumps({"ref": ref, "digest": digest, "absent": why}))
         sys.exit(0 if digest else 1)
@@ -219,39 +305,74 @@ def image_digest(ref: str, as_json: bool) -> None:
 @click.argument("ref")
 @click.argument("path")
 def image_cat(ref: str, path: str) -> None:
-    """Print PATH as installed in the image (read from the top layer down, never from a build log)."""
+    """Print PATH as installed in the image (read from
+    the top layer down, never from a build log)."""
     if not path or CONTROL.search(path):
-        raise click.BadParameter(f"{path!r} is not a file path (empty, or holds a control character)", param_hint="PATH")
+        raise click.BadParameter(
+            f"{path!r} is not a file path (empty, or holds a control character)", param_hint="PATH"
+        )
     registry, parsed, _ = _guard(lambda: _registry_and_ref(ref))
-    read = _guard(lambda: registry.read_file(repository=parsed.repository, reference=parsed.reference, path=path))
+    read = _guard(
+        lambda: registry.read_file(
+            repository=parsed.repository, reference=parsed.reference, path=path
+        )
+    )
     if read is None:
         raise NegativeAnswer(f"{ref}: no file {path}")
-    click.echo(f"# {read.path} from layer {read.layer_index} {read.layer_digest}; "
-               f"read {read.bytes_read} of {read.image_bytes} image bytes", err=True)
+    click.echo(
+        f"# {read.path} from layer {read.layer_index} {read.layer_digest}; "
+        f"read {read.bytes_read} of {read.image_bytes} image bytes",
+        err=True,
+    )
     sys.stdout.buffer.write(read.data)
 
 
 @image.command("probes")
 @click.argument("ref")
-@click.option("--json", "as_json", is_flag=True, help='Print {"ref", "passed", "description", "facts"} instead.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"ref", "passed", "description", "facts"} instead.',
+)
 def image_probes(ref: str, as_json: bool) -> None:
-    """Run the site's file probes (default: the harbor config-drift guard) on REF; exit 0 only if all hold."""
+    """Run the site's file probes (default: the harbor
+    config-drift guard) on REF; exit 0 only if all hold."""
     from resources.site.tpu import TpuSection
     from tpu_assets.inspection import run_probes
 
     registry, parsed, site = _guard(lambda: _registry_and_ref(ref))
     # No site: the default probes; the repository keys are required but not read by a probe.
-    tpu = site.tpu if site else TpuSection(
-        harbor_repo="https://example.invalid/harbor.git", harbor_branch="main",
-        consumer_repo="https://example.invalid/consumer.git", consumer_branch="main",
-        image=f"{parsed.registry}/{parsed.repository}",
+    tpu = (
+        site.tpu
+        if site
+        else TpuSection(
+            harbor_repo="https://example.invalid/harbor.git",
+            harbor_branch="main",
+            consumer_repo="https://example.invalid/consumer.git",
+            consumer_branch="main",
+            image=f"{parsed.registry}/{parsed.repository}",
+        )
     )
-    finding = _guard(lambda: run_probes(registry, repository=parsed.repository, reference=parsed.reference, tpu=tpu))
+    finding = _guard(
+        lambda: run_probes(
+            registry, repository=parsed.repository, reference=parsed.reference, tpu=tpu
+        )
+    )
     if as_json:
         import json
 
-        click.echo(json.dumps({"ref": ref, "passed": finding.passed, "description": finding.description,
-                               "facts": dict(finding.facts)}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "ref": ref,
+                    "passed": finding.passed,
+                    "description": finding.description,
+                    "facts": dict(finding.facts),
+                },
+                indent=2,
+            )
+        )
     else:
         for where, lines in finding.facts.items():
             click.echo(f"--- {where}\n{lines}")
@@ -262,12 +383,23 @@ def image_probes(ref: str, as_json: bool) -> None:
 @main.command("changelog")
 @click.argument("frm", metavar="FROM")
 @click.argument("to", metavar="TO")
-@click.option("--must-contain", default="", metavar="SHA", help="A harbor commit (the fix) to mark in the list.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"from", "to", "fix", "range"} (every commit) instead.')
+@click.option(
+    "--must-contain",
+    default="",
+    metavar="SHA",
+    help="A harbor commit (the fix) to mark in the list.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"from", "to", "fix", "range"} (every commit) instead.',
+)
 def changelog(frm: str, to: str, must_contain: str, as_json: bool) -> None:
-    """Print the harbor commits from FROM to TO: added when TO is ahead, removed when TO is behind (a
-    rollback), both for diverged histories; the first 50 each way, then a count. FROM and TO are sha
-    prefixes of a build (a tpu_builds partition: a consumer commit, read through its uv.lock pin) or of
+    """Print the harbor commits from FROM to TO: added when TO is ahead, removed when TO is behind
+    (a rollback), both for diverged histories; the first 50 each way, then a count. FROM and TO are
+    sha prefixes of a build (a tpu_builds partition: a
+    consumer commit, read through its uv.lock pin) or of
     a harbor commit. Reads git only; changes nothing."""
     # Checked before the site, the instance or git is read: these become git revisions.
     check_sha(frm, "FROM", required=True)
@@ -282,17 +414,34 @@ def changelog(frm: str, to: str, must_contain: str, as_json: bool) -> None:
     def compare():  # type: ignore[no-untyped-def]
         site = load_site()
         git = git_for(site)
-        start, end = resolve_endpoint(site, git, frm, what="FROM"), resolve_endpoint(site, git, to, what="TO")
-        fix = git.resolve_commit(url=site.tpu.harbor_repo, rev=must_contain, branch=site.tpu.harbor_branch) \
-            if must_contain else None
+        start, end = (
+            resolve_endpoint(site, git, frm, what="FROM"),
+            resolve_endpoint(site, git, to, what="TO"),
+        )
+        fix = (
+            git.resolve_commit(
+                url=site.tpu.harbor_repo, rev=must_contain, branch=site.tpu.harbor_branch
+            )
+            if must_contain
+            else None
+        )
         return start, end, changelog_between(site, git, start, end), fix
 
     start, end, found, fix = _guard(compare)
     if as_json:
         import json
 
-        click.echo(json.dumps({"from": start.model_dump(mode="json"), "to": end.model_dump(mode="json"), "fix": fix,
-                               "range": found.model_dump(mode="json")}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "from": start.model_dump(mode="json"),
+                    "to": end.model_dump(mode="json"),
+                    "fix": fix,
+                    "range": found.model_dump(mode="json"),
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"{start.label} -> {end.label}")
     click.echo(changelog_text([found], fix=fix))
@@ -312,16 +461,29 @@ def _record_rejection(build: str, *, rejected: bool, by: str, reason: str) -> No
     def run():  # type: ignore[no-untyped-def]
         site = load_site()
         with _instance() as instance:
-            return record_rejection(instance, site, build=build, rejected=rejected, by=by or getpass.getuser(),
-                                    reason=reason, emit=instance.report_runless_asset_event,
-                                    holder=f"lockstep {'reject' if rejected else 'release'}, pid {os.getpid()}")
+            return record_rejection(
+                instance,
+                site,
+                build=build,
+                rejected=rejected,
+                by=by or getpass.getuser(),
+                reason=reason,
+                emit=instance.report_runless_asset_event,
+                holder=f"lockstep {'reject' if rejected else 'release'}, pid {os.getpid()}",
+            )
 
     done = _guard(run)
     if rejected:
-        click.echo(f"build {done.build} rejected by {done.by}: {done.reason}. Neither promote_tpu nor auto_promote "
-                   f"promotes it until `lockstep release {done.build[:12]}`")
+        click.echo(
+            f"build {done.build} rejected by {done.by}: {done.reason}. Neither promote_tpu nor "
+            "auto_promote "
+            f"promotes it until `lockstep release {done.build[:12]}`"
+        )
     else:
-        click.echo(f"build {done.build} released by {done.by}: it may be promoted again (soak and freeze still apply)")
+        click.echo(
+            f"build {done.build} released by {done.by}: it may be promoted again (soak and "
+            "freeze still apply)"
+        )
 
 
 @main.command()
@@ -343,8 +505,17 @@ def release(build: str, by: str) -> None:
 
 
 @main.command()
-@click.option("--iris-builds", default=4, show_default=True, help="Concurrent iris builds (the cluster's quota).")
-@click.option("--apply", is_flag=True, help="Set them on the instance at $DAGSTER_HOME (else: print the commands).")
+@click.option(
+    "--iris-builds",
+    default=4,
+    show_default=True,
+    help="Concurrent iris builds (the cluster's quota).",
+)
+@click.option(
+    "--apply",
+    is_flag=True,
+    help="Set them on the instance at $DAGSTER_HOME (else: print the commands).",
+)
 def pools(iris_builds: int, apply: bool) -> None:
     """The Dagster pools this site needs: tag moves, iris builds, one per DGX build node."""
     from lockstep.pools import apply_pools, site_pools
@@ -377,8 +548,12 @@ def demo(root: Path, port: int) -> None:
     sb = _guard(lambda: up(root))
     home = sb.root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    # lockstep owns this instance's config (SQLite in `home`, production's concurrency rules): refresh it.
-    shutil.copyfile(Path(__file__).resolve().parent.parent / "deploy" / "sandbox" / "dagster.yaml", home / "dagster.yaml")
+    # lockstep owns this instance's config (SQLite in
+    # `home`, production's concurrency rules): refresh it.
+    shutil.copyfile(
+        Path(__file__).resolve().parent.parent / "deploy" / "sandbox" / "dagster.yaml",
+        home / "dagster.yaml",
+    )
     _set_demo_pools(home, sb.site_file)
     env = {
         **os.environ,
@@ -392,12 +567,24 @@ def demo(root: Path, port: int) -> None:
     workspace = Path(__file__).resolve().parent.parent / "workspace.yaml"
     click.echo(f"lockstep demo on http://127.0.0.1:{port} (sandbox {sb.root}); Ctrl-C stops it")
     click.echo("  push upstream from another terminal: lockstep sandbox advance-harbor")
-    argv = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(workspace),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
     sys.exit(_serve_then_down(sb, argv, env))
 
 
 def _serve_then_down(sb: Sandbox, argv: list[str], env: dict[str, str]) -> int:
-    """Run `argv` (dagster dev) until it ends, Ctrl-C or SIGTERM; then stop what the sandbox runs (its
+    """Run `argv` (dagster dev) until it ends, Ctrl-C
+    or SIGTERM; then stop what the sandbox runs (its
     engines, iris jobs, the lane's containers, its git daemon), whichever way it ended."""
     import signal
     import subprocess
@@ -411,7 +598,8 @@ def _serve_then_down(sb: Sandbox, argv: list[str], env: dict[str, str]) -> int:
         raise _Terminated
 
     proc = None
-    previous = signal.signal(signal.SIGTERM, on_term)  # a service manager's stop: tear down as Ctrl-C does
+    # a service manager's stop: tear down as Ctrl-C does
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         _start_engines(sb)
         proc = subprocess.Popen(argv, env=env)
@@ -422,7 +610,8 @@ def _serve_then_down(sb: Sandbox, argv: list[str], env: dict[str, str]) -> int:
             proc.terminate()
         return 130 if isinstance(why, KeyboardInterrupt) else 143
     finally:
-        # A second Ctrl-C or SIGTERM must not cut the teardown short (dagster dev keeps its own handlers).
+        # A second Ctrl-C or SIGTERM must not cut the
+        # teardown short (dagster dev keeps its own handlers).
         previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if proc is not None:
@@ -449,18 +638,25 @@ def _set_demo_pools(home: Path, site_file: Path) -> None:
 
 
 def _instance():  # type: ignore[no-untyped-def]
-    """The Dagster instance at $DAGSTER_HOME (made absolute); unset, the sandbox's, as `lockstep demo` uses."""
+    """The Dagster instance at $DAGSTER_HOME (made absolute);
+    unset, the sandbox's, as `lockstep demo` uses."""
     import dagster as dg
 
-    home = os.environ.get("DAGSTER_HOME") or (".sandbox/dagster_home" if not os.environ.get("LOCKSTEP_SITE") else "")
+    home = os.environ.get("DAGSTER_HOME") or (
+        ".sandbox/dagster_home" if not os.environ.get("LOCKSTEP_SITE") else ""
+    )
     if not home or not (Path(home) / "").is_dir():
-        raise LockstepError(f"DAGSTER_HOME {home or '(unset)'} is not a directory: point it at the instance that ran lockstep")
+        raise LockstepError(
+            f"DAGSTER_HOME {home or '(unset)'} is not a directory: point it at the instance that "
+            "ran lockstep"
+        )
     os.environ["DAGSTER_HOME"] = str(Path(home).resolve())
     return dg.DagsterInstance.get()
 
 
 def _guard(fn):  # type: ignore[no-untyped-def]
-    """Run `fn`; a LockstepError becomes a one-line message and exit code 3 (operational), not a traceback;
+    """Run `fn`; a LockstepError becomes a one-line
+    message and exit code 3 (operational), not a traceback;
     a Refused (the answer is "no") exit code 1."""
     try:
         return fn()
@@ -479,7 +675,8 @@ def lane() -> None:
 @lane.command("rebaseline")
 @click.argument("report")
 def lane_rebaseline(report: str) -> None:
-    """Make the run a filed bench report records (REPORT: recipes/<lane>/reports/<file>.md in the build
+    """Make the run a filed bench report records (REPORT:
+    recipes/<lane>/reports/<file>.md in the build
     repo) the lane's baseline: writes recipes/<lane>/baseline.json there, committed and pushed."""
     from jovian_assets.bench_baseline import rebaseline
     from resources.git import git_for
@@ -490,8 +687,11 @@ def lane_rebaseline(report: str) -> None:
         return rebaseline(site, git_for(site), report)
 
     base = _guard(run)
-    click.echo(f"{base.lane}: baseline is {base.rev}'s run {base.run.run_id} ({base.run.tool} {base.run.tool_version}, "
-               f"score {base.run.final_score}, graded {base.run.graded_text}, cohort {base.run.cohort})")
+    click.echo(
+        f"{base.lane}: baseline is {base.rev}'s run {base.run.run_id} ({base.run.tool} "
+        f"{base.run.tool_version}, "
+        f"score {base.run.final_score}, graded {base.run.graded_text}, cohort {base.run.cohort})"
+    )
 
 
 # -- lab revs -------------------------------------------------------------------------------------
@@ -505,7 +705,8 @@ def lab() -> None:
 @lab.command("lock")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def lab_lock(path: Path) -> None:
-    """Print a `<rev>.source.lock` parsed, as JSON: packages (repository, commit, tree, ...) and every other key."""
+    """Print a `<rev>.source.lock` parsed, as JSON: packages
+    (repository, commit, tree, ...) and every other key."""
     import json
 
     from jovian_assets.inputs import read_text
@@ -518,10 +719,12 @@ def lab_lock(path: Path) -> None:
 @lab.command("dep-table")
 @click.argument("tree", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def lab_dep_table(tree: Path) -> None:
-    """Print the cmake dependency table of a vLLM source tree (a checkout or an unpacked sdist) as JSON rows.
+    """Print the cmake dependency table of a vLLM source
+    tree (a checkout or an unpacked sdist) as JSON rows.
 
     A row whose repository or tag holds a variable nothing sets (or only sets from itself) keeps the
-    `${VAR}` in its value, lists it under "unresolved", is named on stderr with its file:line and whether
+    `${VAR}` in its value, lists it under "unresolved",
+    is named on stderr with its file:line and whether
     it is missing or recursive, and the command exits non-zero (lockstep never fetches it)."""
     import json
 
@@ -531,7 +734,8 @@ def lab_dep_table(tree: Path) -> None:
     def parse():  # type: ignore[no-untyped-def]
         try:
             return parse_tree(tree)
-        except FileFormatError as exc:  # the parser names files inside the tree; say where the tree is
+        # the parser names files inside the tree; say where the tree is
+        except FileFormatError as exc:
             if Path(exc.path) == tree:
                 raise
             raise FileFormatError(tree / exc.path, exc.line, exc.message) from None
@@ -540,9 +744,13 @@ def lab_dep_table(tree: Path) -> None:
     click.echo(json.dumps(to_rows_json(rows), indent=2))
     open_rows = [row for row in rows if row.unresolved]
     for row in open_rows:
-        click.echo(f"{tree / row.file}:{row.line}: {row.name}: unresolved {why_unresolved(row)}", err=True)
+        click.echo(
+            f"{tree / row.file}:{row.line}: {row.name}: unresolved {why_unresolved(row)}", err=True
+        )
     if open_rows:  # a table with a pin nobody can fetch is not a table to sync gates from
-        raise click.ClickException(f"{len(open_rows)} of {len(rows)} pins did not resolve to literal values (above)")
+        raise click.ClickException(
+            f"{len(open_rows)} of {len(rows)} pins did not resolve to literal values (above)"
+        )
 
 
 main.add_command(site_group)

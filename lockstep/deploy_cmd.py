@@ -17,20 +17,46 @@ def deploy() -> None:
 
 
 @deploy.command("env")
-@click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="The site file; default $LOCKSTEP_SITE, else .sandbox/site.toml.")
-@click.option("--format", "fmt", type=click.Choice(["compose", "dotenv", "k8s", "all"]), default="all",
-              show_default=True, help="compose: the run launcher's env_vars; dotenv: the .env secrets block; "
-              "k8s: the keys of Secret lockstep-secrets and how to create it.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"site", "secrets": [{"name", "keys"}], "env_vars", '
-              '"k8s_secret", "k8s_secret_keys"} instead.')
-@click.option("--update", "update_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Also rewrite DIR/dagster.yaml's env_vars and DIR/.env.example's secrets block (never DIR/.env).")
+@click.option(
+    "--site",
+    "site_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The site file; default $LOCKSTEP_SITE, else .sandbox/site.toml.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["compose", "dotenv", "k8s", "all"]),
+    default="all",
+    show_default=True,
+    help="compose: the run launcher's env_vars; dotenv: the .env secrets block; "
+    "k8s: the keys of Secret lockstep-secrets and how to create it.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"site", "secrets": [{"name", "keys"}], "env_vars", '
+    '"k8s_secret", "k8s_secret_keys"} instead.',
+)
+@click.option(
+    "--update",
+    "update_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "Also rewrite DIR/dagster.yaml's env_vars and DIR/.env.example's secrets block (never "
+        "DIR/.env)."
+    ),
+)
 def deploy_env(site_file: Path | None, fmt: str, as_json: bool, update_dir: Path | None) -> None:
-    """Print the environment variables a deployment must pass to lockstep for a site: the compose run
-    launcher's env_vars, the .env template's secrets and the Kubernetes Secret's keys. Names only: no
+    """Print the environment variables a deployment must pass to lockstep for a site: the compose
+    run launcher's env_vars, the .env template's secrets
+    and the Kubernetes Secret's keys. Names only: no
     value is read or printed. The trusted key files the site names need not exist yet."""
-    from lockstep.deploy_env import deploy_env as make, render, update_docker_dir
+    from lockstep.deploy_env import deploy_env as make
+    from lockstep.deploy_env import render, update_docker_dir
     from lockstep.exits import OperationalError
     from resources.errors import LockstepError
     from resources.site.load import DEFAULT_SITE, SITE_ENV, site_names_only

@@ -1,11 +1,13 @@
-"""The environment a deployment must give lockstep, for one site file: one source for every secret's name.
+"""The environment a deployment must give lockstep,
+for one site file: one source for every secret's name.
 
-The site file names each secret's environment variable (its `*_env` keys, `SiteConfig.secret_env_keys`).
-Three places must list exactly those names, and drift between them fails at run time, not at install:
-the compose run launcher's `env_vars` (a name it does not forward is unset in the run container), the
-`.env` template the operator fills in, and the keys of the Kubernetes Secret `lockstep-secrets`. This
-module makes all three from the site, as text; `lockstep deploy env` prints them, and the files shipped
-in deploy/docker are what it prints for deploy/site.example.toml (tests/deploy/test_deploy_env.py).
+The site file names each secret's environment variable (its `*_env` keys,
+`SiteConfig.secret_env_keys`). Three places must list exactly those names, and drift between them
+fails at run time, not at install: the compose run launcher's `env_vars` (a name it does not forward
+is unset in the run container), the `.env` template the operator fills in, and the keys of the
+Kubernetes Secret `lockstep-secrets`. This module makes all three from the site, as text; `lockstep
+deploy env` prints them, and the files shipped in deploy/docker are what it prints for
+deploy/site.example.toml (tests/deploy/test_deploy_env.py).
 
 Names only, always: nothing here reads the environment, so no secret value can reach what it prints.
 """
@@ -21,9 +23,9 @@ from resources.errors import LockstepError
 from resources.model import Model
 from resources.site.schema import SiteConfig
 
-# What every run needs besides the site's secrets, in the order deploy/docker/dagster.yaml lists them:
-# the instance's Postgres (dagster.yaml `storage:` reads these), where the site and the git mirrors are,
-# how git reaches its remotes, which deployment this is (the "site changed" advice,
+# What every run needs besides the site's secrets, in the order deploy/docker/dagster.yaml lists
+# them: the instance's Postgres (dagster.yaml `storage:` reads these), where the site and the git
+# mirrors are, how git reaches its remotes, which deployment this is (the "site changed" advice,
 # resources/site/reload.py), and the iris cluster's credentials.
 FIXED_RUN_ENV: tuple[str, ...] = (
     "DAGSTER_POSTGRES_USER",
@@ -37,10 +39,13 @@ FIXED_RUN_ENV: tuple[str, ...] = (
     "LOCKSTEP_DEPLOYMENT",
     "KUBECONFIG",
 )
-K8S_SECRET = "lockstep-secrets"  # deploy/k8s/values.yaml: envSecrets of the code servers and run pods
+# deploy/k8s/values.yaml: envSecrets of the code servers and run pods
+K8S_SECRET = "lockstep-secrets"
 K8S_NAMESPACE = "lockstep"  # docs/operations.md installs into it
-SECRET_DIR = "lockstep-secrets"  # where the k8s form expects one file per key, beside the operator's shell
-# The dotenv block is delimited so a refresh replaces exactly it and leaves the rest of the file alone.
+# where the k8s form expects one file per key, beside the operator's shell
+SECRET_DIR = "lockstep-secrets"
+# The dotenv block is delimited so a refresh replaces
+# exactly it and leaves the rest of the file alone.
 DOTENV_BEGIN = "# BEGIN secrets the site names"
 DOTENV_END = "# END secrets the site names"
 REFRESH = "lockstep deploy env --site deploy/site.example.toml --update deploy/docker"
@@ -70,11 +75,15 @@ class DeployEnv(Model):
 
 
 def site_secrets(site: SiteConfig) -> list[SiteSecret]:
-    """The site's secrets, each name once (two keys may share a token), in the order the site names them."""
+    """The site's secrets, each name once (two keys may
+    share a token), in the order the site names them."""
     by_name: dict[str, list[str]] = {}
     for key, name in site.secret_env_keys():
         by_name.setdefault(name, []).append(key)
-    return [SiteSecret(name=name, keys=keys, pem=bool(PEM_KEYS & set(keys))) for name, keys in by_name.items()]
+    return [
+        SiteSecret(name=name, keys=keys, pem=bool(PEM_KEYS & set(keys)))
+        for name, keys in by_name.items()
+    ]
 
 
 def deploy_env(site: SiteConfig) -> DeployEnv:
@@ -95,16 +104,25 @@ def compose_env_vars(env: DeployEnv, indent: str = "") -> str:
 
 
 def dotenv_secrets(env: DeployEnv) -> str:
-    """The secrets block of the `.env` template: each name with an empty value, under the keys naming it."""
+    """The secrets block of the `.env` template: each
+    name with an empty value, under the keys naming it."""
     lines = [
         DOTENV_BEGIN,
-        "# Every name below is one the site file names: the run launcher forwards each one (dagster.yaml",
+        (
+            "# Every name below is one the site file names: the run launcher forwards each one "
+            "(dagster.yaml"
+        ),
         "# env_vars), so each must be set. Values go in your copy, never in a committed file.",
     ]
     for secret in env.secrets:
         lines.append(f"# named by {', '.join(secret.keys)}")
-        if secret.pem:  # compose v2 expands \n in a double-quoted value; a bare PEM line would end at its first newline
-            lines.append('# a PEM: one line, each newline written as \\n (-----BEGIN ... KEY-----\\nMIG...); lockstep reads that form')
+        # compose v2 expands \n in a double-quoted value;
+        # a bare PEM line would end at its first newline
+        if secret.pem:
+            lines.append(
+                "# a PEM: one line, each newline written as \\n (-----BEGIN ... "
+                "KEY-----\\nMIG...); lockstep reads that form"
+            )
         lines.append(f"{secret.name}=")
     if not env.secrets:
         lines.append("# (this site names no secret)")
@@ -114,18 +132,27 @@ def dotenv_secrets(env: DeployEnv) -> str:
 def k8s_secret(env: DeployEnv) -> str:
     """The keys of the Secret both code servers and every run pod read, and how to create it.
 
-    One file per key, not `--from-literal=NAME=value` (a literal sits in the shell's history and in the
-    command line any user of the host can read in /proc while kubectl runs) and not `--from-env-file`
-    (a PEM's newlines end its value there, and kubectl refuses to mix it with `--from-file`).
+    One file per key, not `--from-literal=NAME=value` (a literal sits in the shell's history and in
+    the command line any user of the host can read in /proc while kubectl runs) and not
+    `--from-env-file` (a PEM's newlines end its value there,
+    and kubectl refuses to mix it with `--from-file`).
     """
     width = max((len(s.name) for s in env.secrets), default=0)
-    lines = [f"# Secret {env.k8s_secret}: one key per secret the site names (deploy/k8s/values.yaml envSecrets)."]
+    lines = [
+        (
+            f"# Secret {env.k8s_secret}: one key per secret the site names "
+            "(deploy/k8s/values.yaml envSecrets)."
+        )
+    ]
     lines += [f"#   {s.name.ljust(width)}  {', '.join(s.keys)}" for s in env.secrets]
     if not env.secrets:
         lines.append("#   (this site names no secret)")
         return "\n".join(lines) + "\n"
     lines += [
-        f"# Each value alone in {SECRET_DIR}/NAME (printf '%s' ...: a trailing newline would be part of it);",
+        (
+            f"# Each value alone in {SECRET_DIR}/NAME (printf '%s' ...: a trailing newline "
+            "would be part of it);"
+        ),
         "# never commit that directory. Then:",
         f"kubectl -n {K8S_NAMESPACE} create secret generic {env.k8s_secret} "
         + " ".join(f"--from-file={s.name}={SECRET_DIR}/{s.name}" for s in env.secrets),
@@ -146,29 +173,41 @@ def render(env: DeployEnv, fmt: Format) -> str:
     return "\n".join(f"{titles[name]}\n{make(env)}" for name, make in forms.items())
 
 
-_ENV_VARS_BLOCK = re.compile(r"^(?P<indent>[ ]*)env_vars:[ ]*\n(?:(?P=indent)[ ]+- .*\n)+", re.M)
+_ENV_VARS_BLOCK = re.compile(
+    r"^(?P<indent>[ ]*)env_vars:[ ]*\n(?:(?P=indent)[ ]+- .*\n)+", re.MULTILINE
+)
 
 
 def with_env_vars(dagster_yaml: str, env: DeployEnv) -> str:
     """dagster.yaml's text with its one `env_vars:` list replaced, every other byte as it was."""
     blocks = list(_ENV_VARS_BLOCK.finditer(dagster_yaml))
     if len(blocks) != 1:
-        raise LockstepError(f"expected one `env_vars:` list in the instance config, found {len(blocks)}")
+        raise LockstepError(
+            f"expected one `env_vars:` list in the instance config, found {len(blocks)}"
+        )
     block = blocks[0]
-    return dagster_yaml[:block.start()] + compose_env_vars(env, block["indent"]) + dagster_yaml[block.end():]
+    return (
+        dagster_yaml[: block.start()]
+        + compose_env_vars(env, block["indent"])
+        + dagster_yaml[block.end() :]
+    )
 
 
 def with_dotenv_secrets(dotenv: str, env: DeployEnv) -> str:
     """A `.env` template's text with its secrets block replaced, every other line as it was."""
     start, end = dotenv.find(DOTENV_BEGIN), dotenv.find(DOTENV_END)
     if start < 0 or end < start:
-        raise LockstepError(f"no secrets block in the .env template: add the lines {DOTENV_BEGIN!r} and {DOTENV_END!r}")
+        raise LockstepError(
+            f"no secrets block in the .env template: add the lines {DOTENV_BEGIN!r} and "
+            f"{DOTENV_END!r}"
+        )
     end = dotenv.index("\n", end) + 1 if "\n" in dotenv[end:] else len(dotenv)
     return dotenv[:start] + dotenv_secrets(env) + dotenv[end:]
 
 
 def update_docker_dir(env: DeployEnv, directory: Path) -> list[Path]:
-    """Rewrite `directory`'s dagster.yaml env_vars and .env.example secrets for `env`; the files changed.
+    """Rewrite `directory`'s dagster.yaml env_vars and
+    .env.example secrets for `env`; the files changed.
 
     Only the template, never `.env`: that one holds the values, and a rewrite would drop them.
     """

@@ -37,7 +37,7 @@ def worker_started(message: str) -> int | None:
     """The pid in the run worker's start event, or None for any other message."""
     for prefix in WORKER_STARTED:
         if message.startswith(prefix):
-            digits = message[len(prefix):].split(")", 1)[0]
+            digits = message[len(prefix) :].split(")", 1)[0]
             return int(digits) if digits.isdigit() else None
     return None
 
@@ -54,7 +54,8 @@ def process_state(pid: int, *, proc: Path = Path("/proc")) -> tuple[str, float |
             text = stat.read_text()
         except (FileNotFoundError, ProcessLookupError):
             return None
-        # The command name is in parentheses and may hold spaces: the fields start after the last ")".
+        # The command name is in parentheses and may hold
+        # spaces: the fields start after the last ")".
         fields = text.rsplit(")", 1)[1].split()
         state, start_ticks = fields[0], int(fields[19])
         return state, _boot_time(proc) + start_ticks / os.sysconf("SC_CLK_TCK")
@@ -74,34 +75,52 @@ def _boot_time(proc: Path) -> float:
     return 0.0
 
 
-def worker_health(*, pid: int | None, logged_at: float, host: str | None,
-                  state: tuple[str, float | None] | None) -> CheckRunHealthResult:
+def worker_health(
+    *, pid: int | None, logged_at: float, host: str | None, state: tuple[str, float | None] | None
+) -> CheckRunHealthResult:
     """The verdict on one run worker, from what the event log and this host say about it.
 
     `pid` and `logged_at`: from the worker's start event (None: no such event); `host`: where its
     code server runs (None: a local socket); `state`: `process_state(pid)` on this host.
     """
     if pid is None:
-        return CheckRunHealthResult(WorkerStatus.RUNNING, "not checked: no run worker pid in the event log (a run "
-                                    "executed in-process, not started by this launcher)")
+        return CheckRunHealthResult(
+            WorkerStatus.RUNNING,
+            "not checked: no run worker pid in the event log (a run "
+            "executed in-process, not started by this launcher)",
+        )
     if host is not None and host not in LOCAL_HOSTS and host != socket.gethostname():
-        return CheckRunHealthResult(WorkerStatus.RUNNING, f"not checked: the run worker (pid {pid}) runs on {host}, "
-                                    "not on this host")
+        return CheckRunHealthResult(
+            WorkerStatus.RUNNING,
+            f"not checked: the run worker (pid {pid}) runs on {host}, not on this host",
+        )
     if state is None:
-        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run worker process (pid {pid}) is gone: it was "
-                                    "killed or crashed without recording the end of the run", run_worker_id=str(pid))
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED,
+            f"the run worker process (pid {pid}) is gone: it was "
+            "killed or crashed without recording the end of the run",
+            run_worker_id=str(pid),
+        )
     letter, started = state
     if letter == "Z":
-        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run worker process (pid {pid}) has exited (a zombie "
-                                    "its parent has not reaped)", run_worker_id=str(pid))
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED,
+            f"the run worker process (pid {pid}) has exited (a zombie its parent has not reaped)",
+            run_worker_id=str(pid),
+        )
     if started is not None and started > logged_at + _START_SLACK_S:
-        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run worker process (pid {pid}) is gone: pid {pid} "
-                                    "now belongs to a process started after it", run_worker_id=str(pid))
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED,
+            f"the run worker process (pid {pid}) is gone: pid {pid} "
+            "now belongs to a process started after it",
+            run_worker_id=str(pid),
+        )
     return CheckRunHealthResult(WorkerStatus.RUNNING, run_worker_id=str(pid))
 
 
 class LocalRunLauncher(dg.DefaultRunLauncher):
-    """DefaultRunLauncher whose runs run monitoring can check: the worker's pid, looked up on this host."""
+    """DefaultRunLauncher whose runs run monitoring can
+    check: the worker's pid, looked up on this host."""
 
     @property
     def supports_check_run_worker_health(self) -> bool:
@@ -111,8 +130,12 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         pid, logged_at = self._worker_pid(run.run_id)
         grpc = json.loads(run.tags.get(GRPC_INFO_TAG) or "{}")
         host = None if "socket" in grpc else grpc.get("host")
-        return worker_health(pid=pid, logged_at=logged_at, host=host,
-                             state=process_state(pid) if pid is not None else None)
+        return worker_health(
+            pid=pid,
+            logged_at=logged_at,
+            host=host,
+            state=process_state(pid) if pid is not None else None,
+        )
 
     def _worker_pid(self, run_id: str) -> tuple[int | None, float]:
         """The newest worker start event of the run: its pid and when it was logged."""
@@ -120,7 +143,8 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         cursor = None
         while True:
             page = self._instance.event_log_storage.get_records_for_run(
-                run_id, cursor=cursor, of_type=DagsterEventType.ENGINE_EVENT, limit=100)
+                run_id, cursor=cursor, of_type=DagsterEventType.ENGINE_EVENT, limit=100
+            )
             for record in page.records:
                 pid = worker_started(record.event_log_entry.message or "")
                 if pid is not None:

@@ -1,4 +1,5 @@
-"""`lockstep site`: check a site file (every error at once, with its line) and print its JSON Schema.
+"""`lockstep site`: check a site file (every error
+at once, with its line) and print its JSON Schema.
 
 The logic is resources/site/check.py's; this module only reads arguments and prints.
 """
@@ -18,9 +19,16 @@ def site() -> None:
 
 
 @site.command("check")
-@click.argument("file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help='Print {"file", "ok", "errors": [{"file", "line", "table", '
-              '"key", "message"}]} instead of one line per error.')
+@click.argument(
+    "file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"file", "ok", "errors": [{"file", "line", "table", '
+    '"key", "message"}]} instead of one line per error.',
+)
 def site_check(file: Path | None, as_json: bool) -> None:
     """Check a site file and name EVERY error in it, each as FILE:LINE: [table] key: what is wrong.
 
@@ -35,8 +43,16 @@ def site_check(file: Path | None, as_json: bool) -> None:
     if path.is_file():
         report = check_site(path)
     else:  # $LOCKSTEP_SITE or the sandbox's file, not there: say which, and what to do
-        hint = f"check {SITE_ENV}" if os.environ.get(SITE_ENV) else "run `lockstep sandbox up`, or give FILE"
-        report = SiteCheck(file=str(path), ok=False, errors=[SiteProblem(file=str(path), message=f"no site file here ({hint})")])
+        hint = (
+            f"check {SITE_ENV}"
+            if os.environ.get(SITE_ENV)
+            else "run `lockstep sandbox up`, or give FILE"
+        )
+        report = SiteCheck(
+            file=str(path),
+            ok=False,
+            errors=[SiteProblem(file=str(path), message=f"no site file here ({hint})")],
+        )
     if as_json:
         click.echo(json.dumps(report.model_dump(mode="json"), indent=2))
     else:
@@ -52,8 +68,8 @@ def site_schema() -> None:
     """Print the site file's JSON Schema (draft 2020-12) for editors.
 
     Save it (`lockstep site schema > site.schema.json`) and put `#:schema ./site.schema.json` as the
-    first line of the site file: Taplo (Even Better TOML) then completes and checks keys as you type.
-    The rules written as code (names, URLs, cross-table rules) are `lockstep site check`'s.
+    first line of the site file: Taplo (Even Better TOML) then completes and checks keys as you
+    type. The rules written as code (names, URLs, cross-table rules) are `lockstep site check`'s.
     """
     from resources.site.check import site_schema as schema
 

@@ -1,4 +1,5 @@
-"""`lockstep status`: what is deployed where, read from the webserver (no database, no dagster import).
+"""`lockstep status`: what is deployed where, read
+from the webserver (no database, no dagster import).
 
 The status is computed in the tpu code location (status_sensor, or the refresh_status job) and
 recorded as an observation of `lockstep/status`; this command reads the newest one over GraphQL,
@@ -19,7 +20,15 @@ from pydantic import ValidationError
 from lockstep.act_cmd import check_url
 from lockstep.exits import NEGATIVE, OK, OPERATIONAL
 from lockstep.graphql import DEFAULT_URL, REPOSITORY, Webserver, WebserverError
-from lockstep.status_model import STATUS_JSON, STATUS_PATH, Status, age, promote_plan, render, rollback_plan
+from lockstep.status_model import (
+    STATUS_JSON,
+    STATUS_PATH,
+    Status,
+    age,
+    promote_plan,
+    render,
+    rollback_plan,
+)
 from resources.errors import LockstepError
 
 SENSOR = "status_sensor"
@@ -46,8 +55,10 @@ def read_status(web: Webserver) -> tuple[Status, float]:
     key = "/".join(STATUS_PATH)
     if not observations:
         raise NoStatus(
-            f"{web.url} has no {key} observation yet: turn on {SENSOR} (tpu location, Automation page; it records "
-            f"one within a minute) or launch the refresh_status job")
+            f"{web.url} has no {key} observation yet: turn on {SENSOR} (tpu location, Automation "
+            "page; it records "
+            f"one within a minute) or launch the refresh_status job"
+        )
     newest = observations[0]
     raw = newest["metadata"].get(STATUS_JSON)
     try:
@@ -55,19 +66,28 @@ def read_status(web: Webserver) -> tuple[Status, float]:
     except ValidationError as exc:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())) or "(top)"
-        raise NoStatus(f"{web.url}: the newest {key} observation is not a status this lockstep reads "
-                       f"(metadata {STATUS_JSON!r} at {where}: {first.get('msg', 'invalid')}); a newer or older "
-                       "lockstep wrote it? launch refresh_status with this version") from None
+        raise NoStatus(
+            f"{web.url}: the newest {key} observation is not a status this lockstep reads "
+            f"(metadata {STATUS_JSON!r} at {where}: {first.get('msg', 'invalid')}); a newer or "
+            "older "
+            "lockstep wrote it? launch refresh_status with this version"
+        ) from None
     try:
-        recorded = float(newest.get("timestamp") or 0) / 1000.0  # GraphQL gives milliseconds, as a string
+        # GraphQL gives milliseconds, as a string
+        recorded = float(newest.get("timestamp") or 0) / 1000.0
     except (TypeError, ValueError):
         recorded = status.as_of
     return status, recorded or status.as_of
 
 
 def sensor_line(web: Webserver, *, now: float) -> str:
-    """How fresh the record is: the sensor's state and its last tick (best effort: '' when unknown)."""
-    selector = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "sensorName": SENSOR}
+    """How fresh the record is: the sensor's state and
+    its last tick (best effort: '' when unknown)."""
+    selector = {
+        "repositoryLocationName": LOCATION,
+        "repositoryName": REPOSITORY,
+        "sensorName": SENSOR,
+    }
     try:
         found: Any = web.query(_SENSOR_STATE, {"selector": selector}).get("sensorOrError") or {}
     except WebserverError:
@@ -80,29 +100,41 @@ def sensor_line(web: Webserver, *, now: float) -> str:
         return f"{SENSOR} is {state.get('status')}: this status is not being refreshed"
     if ticks and isinstance(ticks[0], dict):
         try:
-            return f"{SENSOR} last checked {age(now - float(ticks[0]['timestamp']))} ago ({ticks[0].get('status')})"
+            return (
+                f"{SENSOR} last checked {age(now - float(ticks[0]['timestamp']))} ago "
+                f"({ticks[0].get('status')})"
+            )
         except (KeyError, TypeError, ValueError):
             return ""
     return ""
 
 
 def plan_text(web: Webserver, *, action: Literal["promote", "rollback"]) -> tuple[str, bool]:
-    """What a promote (the newest verified build) or a default rollback would do now, from the newest
-    status record, and whether the answer is positive (a promotable build / a rollback target).
-    Raises WebserverError or NoStatus (both LockstepError) when there is no record to answer from."""
+    """What a promote (the newest verified build) or a default rollback would do now, from the
+    newest status record, and whether the answer is
+    positive (a promotable build / a rollback target).
+    Raises WebserverError or NoStatus (both LockstepError)
+    when there is no record to answer from."""
     status, _ = read_status(web)
     text, positive = promote_plan(status) if action == "promote" else rollback_plan(status)
     return f"{text}\n(as of {age(time.time() - status.as_of)} ago, {status.source})", positive
 
 
 @click.command("status")
-@click.option("--url", default=DEFAULT_URL, show_default=True, callback=lambda c, p, v: check_url(v),
-              help="The Dagster webserver to read from.")
+@click.option(
+    "--url",
+    default=DEFAULT_URL,
+    show_default=True,
+    callback=lambda c, p, v: check_url(v),
+    help="The Dagster webserver to read from.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the status record as JSON.")
 def status(url: str, as_json: bool) -> None:
-    """What is deployed where: :tpu's digest and the harbor it bakes, the harbor the consumer's lock makes
-    workers install, the holds, the newest verified build and its verdict, the default rollback, the lane.
-    Exit 0 when every fact agrees, 1 with a warning or an unknown fact, 3 when there is no status to read."""
+    """What is deployed where: :tpu's digest and the harbor it bakes, the harbor the consumer's lock
+    makes workers install, the holds, the newest verified build
+    and its verdict, the default rollback, the lane.
+    Exit 0 when every fact agrees, 1 with a warning or an
+    unknown fact, 3 when there is no status to read."""
     web = Webserver(url)
     now = time.time()
     try:
@@ -112,9 +144,13 @@ def status(url: str, as_json: bool) -> None:
         sys.exit(OPERATIONAL)
     if as_json:
         click.echo(found.model_dump_json(indent=2))
-        click.echo(f"as of {age(now - found.as_of)} ago, {found.source}", err=True)  # stdout stays JSON
+        # stdout stays JSON
+        click.echo(f"as of {age(now - found.as_of)} ago, {found.source}", err=True)
     else:
         click.echo(render(found, now=now))
         fresh = sensor_line(web, now=now)
-        click.echo(f"recorded {age(now - recorded)} ago by {found.source}" + (f"; {fresh}" if fresh else ""))
+        click.echo(
+            f"recorded {age(now - recorded)} ago by {found.source}"
+            + (f"; {fresh}" if fresh else "")
+        )
     sys.exit(NEGATIVE if found.warnings or found.errors else OK)

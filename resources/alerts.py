@@ -12,7 +12,6 @@ more. The URL is a secret: every error that leaves `deliver` has it redacted.
 from __future__ import annotations
 
 import dagster as dg
-
 from pydantic import Field
 
 from resources.errors import LockstepError
@@ -27,7 +26,8 @@ MAX_LINE = 300  # a check's description or a note, as an alert quotes it
 
 class Alert(Model):
     kind: AlertKind
-    also: list[AlertKind] = Field(default_factory=list)  # other kinds it stands for: a rollback that set the hold
+    # other kinds it stands for: a rollback that set the hold
+    also: list[AlertKind] = Field(default_factory=list)
     text: str
     url: str
 
@@ -41,7 +41,9 @@ class AlertNotDelivered(LockstepError):
 
 
 def asset_link(alerts: AlertsSection, key: dg.AssetKey, partition: str | None = None) -> str:
-    return alerts.link(f"assets/{'/'.join(key.path)}" + (f"?partition={partition}" if partition else ""))
+    return alerts.link(
+        f"assets/{'/'.join(key.path)}" + (f"?partition={partition}" if partition else "")
+    )
 
 
 def short(digest: str) -> str:
@@ -52,7 +54,8 @@ def short(digest: str) -> str:
 
 def one_line(text: str, width: int = MAX_LINE) -> str:
     """A person's or a tool's text as one printable line, bounded, with no URL credentials (as
-    resources/changelog.py's shown_line, which is not imported: it loads with the first run that needs it)."""
+    resources/changelog.py's shown_line, which is not
+    imported: it loads with the first run that needs it)."""
     lines = redact(text).strip().splitlines()
     line = "".join(c if c.isprintable() else "?" for c in lines[0]) if lines else ""
     return line if len(line) <= width else line[: width - 3] + "..."
@@ -68,41 +71,65 @@ def check_warned_alert(alerts: AlertsSection, entry: dg.EventLogEntry) -> Alert 
         return None
     url = asset_link(alerts, check.asset_key) + "?view=checks"
     why = one_line(check.description or "") or "no description"
-    return Alert(kind="check_warned", url=url,
-                 text=f":warning: WARN check `{check.check_name}` on `{check.asset_key.to_user_string()}`: {why}\n{url}")
+    return Alert(
+        kind="check_warned",
+        url=url,
+        text=(
+            f":warning: WARN check `{check.check_name}` on "
+            f"`{check.asset_key.to_user_string()}`: {why}\n{url}"
+        ),
+    )
 
 
-def branch_gone_alert(alerts: AlertsSection, *, which: str, branch: str, where: str, sensor_page: str) -> Alert:
-    """`sensor_page`: the watching sensor's page (`locations/<location>/sensors/<name>`), where its skips show."""
+def branch_gone_alert(
+    alerts: AlertsSection, *, which: str, branch: str, where: str, sensor_page: str
+) -> Alert:
+    """`sensor_page`: the watching sensor's page
+    (`locations/<location>/sensors/<name>`), where its skips show."""
     url = alerts.link(sensor_page)
-    return Alert(kind="branch_gone", url=url,
-                 text=f":warning: the {which} branch `{branch}` no longer exists on {where}: nothing follows it "
-                      f"until the site names the branch that replaced it\n{url}")
+    return Alert(
+        kind="branch_gone",
+        url=url,
+        text=f":warning: the {which} branch `{branch}` no longer exists on {where}: nothing "
+        "follows it "
+        f"until the site names the branch that replaced it\n{url}",
+    )
 
 
 def payload(alert: Alert) -> dict[str, object]:
-    """Slack-compatible: `text` for every receiver, one section block for those that render blocks."""
-    return {"text": alert.text,
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": alert.text}}]}
+    """Slack-compatible: `text` for every receiver,
+    one section block for those that render blocks."""
+    return {
+        "text": alert.text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": alert.text}}],
+    }
 
 
 def deliver(url: str, alert: Alert, *, backoff_s: float = 0.5) -> None:
-    """POST the alert to `url`, up to TRIES times; AlertNotDelivered (URL redacted) when every try failed."""
+    """POST the alert to `url`, up to TRIES times;
+    AlertNotDelivered (URL redacted) when every try failed."""
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
 
     quiet_urllib3()
-    retry = Retry(total=TRIES - 1, backoff_factor=backoff_s, status_forcelist=(429, 500, 502, 503, 504),
-                  allowed_methods=None, raise_on_status=False)
+    retry = Retry(
+        total=TRIES - 1,
+        backoff_factor=backoff_s,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=None,
+        raise_on_status=False,
+    )
     with requests.Session() as session:
         session.mount("http://", HTTPAdapter(max_retries=retry))
         session.mount("https://", HTTPAdapter(max_retries=retry))
         try:
-            response = session.post(url, json=payload(alert), timeout=TIMEOUT_S, allow_redirects=False)
+            response = session.post(
+                url, json=payload(alert), timeout=TIMEOUT_S, allow_redirects=False
+            )
         except requests.RequestException as exc:
-            # Only the exception's type: urllib3's messages carry the URL's path apart from its host,
-            # where redacting the whole URL would not catch it.
+            # Only the exception's type: urllib3's messages carry the URL's path apart from its
+            # host, where redacting the whole URL would not catch it.
             raise AlertNotDelivered(f"{type(exc).__name__} after {TRIES} tries") from None
     if not response.ok:
         raise AlertNotDelivered(f"HTTP {response.status_code} after {TRIES} tries")

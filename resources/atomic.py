@@ -38,12 +38,15 @@ class WriteFailed(LockstepError):
             hint = "make that directory writable for the user lockstep runs as, and run again"
         else:
             hint = "check that disk and run again"
-        super().__init__(f"cannot write {path}: {what}{f' ({code})' if code else ''}; {hint}. "
-                         f"{path.name} was left as it was before")
+        super().__init__(
+            f"cannot write {path}: {what}{f' ({code})' if code else ''}; {hint}. "
+            f"{path.name} was left as it was before"
+        )
 
 
 class _Output:
-    """The temp file as the block sees it: a failed write names the destination, not the temp file."""
+    """The temp file as the block sees it: a failed
+    write names the destination, not the temp file."""
 
     def __init__(self, path: Path, raw: BinaryIO) -> None:
         self._path = path
@@ -61,7 +64,8 @@ def atomic_output(path: str | Path) -> Iterator[_Output]:
     """A binary file that becomes `path` when the block ends without an exception.
 
     An exception inside the block (a failed check, a broken source) discards the temp file and
-    propagates as it is; an OSError from writing, syncing or renaming becomes WriteFailed naming `path`.
+    propagates as it is; an OSError from writing, syncing
+    or renaming becomes WriteFailed naming `path`.
     """
     path = Path(path)
     tmp, fd = _create_temp(path)
@@ -75,7 +79,8 @@ def atomic_output(path: str | Path) -> Iterator[_Output]:
             except OSError as exc:
                 raise WriteFailed(path, exc) from None
         finally:
-            with contextlib.suppress(OSError):  # a flush that fails again here: WriteFailed is raised already
+            # a flush that fails again here: WriteFailed is raised already
+            with contextlib.suppress(OSError):
                 raw.close()
         try:
             os.replace(tmp, path)
@@ -94,8 +99,10 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
 
 
 def _create_temp(path: Path) -> tuple[Path, int]:
-    """An empty temp file beside `path` and its descriptor, with the mode `path` has (a new file: 0666
-    less the umask, as open() gives; mkstemp's 0600 would hide a checked-out file from the group)."""
+    """An empty temp file beside `path` and its
+    descriptor, with the mode `path` has (a new file: 0666
+    less the umask, as open() gives; mkstemp's 0600
+    would hide a checked-out file from the group)."""
     while True:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
         try:

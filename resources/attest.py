@@ -1,4 +1,5 @@
-"""Signed attestations: in-toto Statement v1 in a DSSE envelope, signed with ECDSA P-256 (pure; no I/O).
+"""Signed attestations: in-toto Statement v1 in a
+DSSE envelope, signed with ECDSA P-256 (pure; no I/O).
 
 The envelope is the DSSE spec's (github.com/secure-systems-lab/dsse, protocol.md): the signature is
 over PAE(payloadType, payload) = "DSSEv1 <len type> <type> <len body> <body>", the payload and
@@ -40,7 +41,8 @@ class AttestError(LockstepError):
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE's Pre-Authentication Encoding: what is signed, so the type cannot be swapped under a signature."""
+    """DSSE's Pre-Authentication Encoding: what is signed,
+    so the type cannot be swapped under a signature."""
     kind = payload_type.encode()
     return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
 
@@ -48,13 +50,16 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 def keyid_of(public: ec.EllipticCurvePublicKey) -> str:
     from cryptography.hazmat.primitives import serialization
 
-    der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der = public.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     return hashlib.sha256(der).hexdigest()
 
 
 @dataclass(frozen=True)
 class TrustedKey:
-    """A public key promotion trusts; `source` says where the site named it (a path, or "inline #N")."""
+    """A public key promotion trusts; `source` says
+    where the site named it (a path, or "inline #N")."""
 
     public: ec.EllipticCurvePublicKey = field(repr=False)
     source: str
@@ -77,8 +82,9 @@ class TrustedKey:
     def pem(self) -> str:
         from cryptography.hazmat.primitives import serialization
 
-        return self.public.public_bytes(serialization.Encoding.PEM,
-                                        serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        return self.public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode()
 
 
 class SigningKey:
@@ -112,31 +118,43 @@ class SigningKey:
 def _p256(key: object, what: str) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    if not isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
-        kind = getattr(getattr(key, "curve", None), "name", None) or type(key).__name__.removeprefix("_")
-        raise AttestError(f"{what} is a {kind} key; lockstep signs and verifies with ECDSA P-256 keys only "
-                          "(`cosign generate-key-pair` or `openssl ecparam -name prime256v1 -genkey` make one)")
+    if (
+        not isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey)
+        or key.curve.name != "secp256r1"
+    ):
+        kind = getattr(getattr(key, "curve", None), "name", None) or type(
+            key
+        ).__name__.removeprefix("_")
+        raise AttestError(
+            f"{what} is a {kind} key; lockstep signs and verifies with ECDSA P-256 keys only "
+            "(`cosign generate-key-pair` or `openssl ecparam -name prime256v1 -genkey` make one)"
+        )
 
 
 def load_signing_key(pem: str, *, env: str) -> SigningKey:
-    """The PEM private key from $`env` (PKCS#8 or SEC1, unencrypted). Errors name `env`, never the value.
+    """The PEM private key from $`env` (PKCS#8 or SEC1,
+    unencrypted). Errors name `env`, never the value.
 
-    A one-line form with literal `\\n` between the PEM's lines is read too: an env file (docker compose's
-    `.env`, a Kubernetes `--from-env-file`) holds one line per variable.
+    A one-line form with literal `\\n` between the PEM's lines is read too: an env file (docker
+    compose's `.env`, a Kubernetes `--from-env-file`) holds one line per variable.
     """
     from cryptography.hazmat.primitives import serialization
 
     if "\n" not in pem.strip() and "\\n" in pem:
         pem = pem.replace("\\n", "\n")
     if not pem.strip():
-        raise AttestError(f"${env} is unset or empty: export it with the ECDSA P-256 private key (PEM) that "
-                          "signs attestations ([attest] key_env)")
+        raise AttestError(
+            f"${env} is unset or empty: export it with the ECDSA P-256 private key (PEM) that "
+            "signs attestations ([attest] key_env)"
+        )
     try:
         key = serialization.load_pem_private_key(pem.encode(), password=None)
     except (ValueError, TypeError):
         # cryptography's message can quote the input's framing: say what is wrong in our words only.
-        raise AttestError(f"${env} does not hold an unencrypted PEM private key: export the key file's "
-                          "whole text (-----BEGIN PRIVATE KEY----- or -----BEGIN EC PRIVATE KEY-----)") from None
+        raise AttestError(
+            f"${env} does not hold an unencrypted PEM private key: export the key file's "
+            "whole text (-----BEGIN PRIVATE KEY----- or -----BEGIN EC PRIVATE KEY-----)"
+        ) from None
     _p256(key, f"${env}")
     return SigningKey(key, f"${env}")  # type: ignore[arg-type]
 
@@ -148,7 +166,9 @@ def load_public_key(pem: bytes, *, source: str) -> TrustedKey:
     try:
         key = serialization.load_pem_public_key(pem)
     except (ValueError, TypeError) as exc:
-        raise AttestError(f"{source} is not a PEM public key (-----BEGIN PUBLIC KEY-----): {exc}") from None
+        raise AttestError(
+            f"{source} is not a PEM public key (-----BEGIN PUBLIC KEY-----): {exc}"
+        ) from None
     _p256(key, source)
     return TrustedKey(public=key, source=source)  # type: ignore[arg-type]
 
@@ -190,13 +210,17 @@ def statement(*, subject_name: str, digest: str, predicate: dict[str, Any]) -> d
 def sign_statement(doc: dict[str, Any], key: SigningKey) -> Envelope:
     payload = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     sig = key.sign(pae(INTOTO_PAYLOAD_TYPE, payload))
-    return Envelope(payloadType=INTOTO_PAYLOAD_TYPE, payload=base64.b64encode(payload).decode(),
-                    signatures=[DsseSignature(keyid=key.keyid, sig=base64.b64encode(sig).decode())])
+    return Envelope(
+        payloadType=INTOTO_PAYLOAD_TYPE,
+        payload=base64.b64encode(payload).decode(),
+        signatures=[DsseSignature(keyid=key.keyid, sig=base64.b64encode(sig).decode())],
+    )
 
 
 @dataclass(frozen=True)
 class Verified:
-    """An envelope whose signature a trusted key verified and whose statement is about the digest."""
+    """An envelope whose signature a trusted key
+    verified and whose statement is about the digest."""
 
     keyid: str
     key_source: str
@@ -219,7 +243,9 @@ def verify_envelope(raw: bytes, *, trusted: list[TrustedKey], digest: str) -> Ve
         env = Envelope.model_validate_json(raw)
         body = env.body()
     except (ValidationError, ValueError, binascii.Error):
-        raise AttestError("not a DSSE envelope (payloadType, payload, signatures as base64 JSON)") from None
+        raise AttestError(
+            "not a DSSE envelope (payloadType, payload, signatures as base64 JSON)"
+        ) from None
     if env.payload_type != INTOTO_PAYLOAD_TYPE:
         raise AttestError(f"payloadType is {env.payload_type!r}, not {INTOTO_PAYLOAD_TYPE}")
     signed = pae(env.payload_type, body)
@@ -237,8 +263,10 @@ def verify_envelope(raw: bytes, *, trusted: list[TrustedKey], digest: str) -> Ve
     if not seen:
         raise AttestError("the envelope has no signature")
     raise AttestError(
-        f"no signature verifies with a trusted key (signatures by keyid {', '.join(seen)}; trusted: "
-        f"{', '.join(k.keyid[:16] for k in trusted)}): signed by another key, or changed after signing"
+        f"no signature verifies with a trusted key (signatures by keyid {', '.join(seen)}; "
+        "trusted: "
+        f"{', '.join(k.keyid[:16] for k in trusted)}): signed by another key, or changed after "
+        "signing"
     )
 
 
@@ -248,14 +276,22 @@ def _about(body: bytes, digest: str, key: TrustedKey) -> Verified:
     except ValueError:
         raise AttestError(f"signed by {key.keyid[:16]}, but the payload is not JSON") from None
     if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_V1:
-        raise AttestError(f"signed by {key.keyid[:16]}, but the payload is not an in-toto Statement v1")
+        raise AttestError(
+            f"signed by {key.keyid[:16]}, but the payload is not an in-toto Statement v1"
+        )
     if doc.get("predicateType") != SLSA_PROVENANCE_V1:
-        raise AttestError(f"signed by {key.keyid[:16]}, but its predicateType is {doc.get('predicateType')!r}, "
-                          f"not {SLSA_PROVENANCE_V1}")
+        raise AttestError(
+            f"signed by {key.keyid[:16]}, but its predicateType is {doc.get('predicateType')!r}, "
+            f"not {SLSA_PROVENANCE_V1}"
+        )
     want = digest.removeprefix("sha256:")
-    subjects = [s.get("digest", {}).get("sha256") for s in doc.get("subject") or [] if isinstance(s, dict)]
+    subjects = [
+        s.get("digest", {}).get("sha256") for s in doc.get("subject") or [] if isinstance(s, dict)
+    ]
     if want not in subjects:
         named = ", ".join(f"sha256:{s}" for s in subjects if isinstance(s, str)) or "nothing"
-        raise AttestError(f"signed by {key.keyid[:16]}, but it attests {named}, not {digest}: an envelope "
-                          "made for another image")
+        raise AttestError(
+            f"signed by {key.keyid[:16]}, but it attests {named}, not {digest}: an envelope "
+            "made for another image"
+        )
     return Verified(keyid=key.keyid, key_source=key.source, statement=doc)

@@ -22,7 +22,9 @@ MIN_CALL_S = 0.05
 class Budget:
     ends: float  # time.monotonic() when it is spent
     seconds: float
-    name: str  # what set it, as a person would raise it, e.g. "the sensor tick's budget ([timeouts] sensor_tick_s)"
+    # what set it, as a person would raise it, e.g. "the
+    # sensor tick's budget ([timeouts] sensor_tick_s)"
+    name: str
 
 
 _CURRENT: ContextVar[Budget | None] = ContextVar("lockstep_budget", default=None)
@@ -30,7 +32,8 @@ _CURRENT: ContextVar[Budget | None] = ContextVar("lockstep_budget", default=None
 
 @contextlib.contextmanager
 def budget(seconds: float, name: str) -> Iterator[Budget]:
-    """Every call inside ends within `seconds` of now (a nested budget cannot extend an outer one)."""
+    """Every call inside ends within `seconds` of now
+    (a nested budget cannot extend an outer one)."""
     outer = _CURRENT.get()
     mine = Budget(ends=time.monotonic() + seconds, seconds=seconds, name=name)
     if outer is not None and outer.ends < mine.ends:
@@ -43,7 +46,8 @@ def budget(seconds: float, name: str) -> Iterator[Budget]:
 
 
 def limit(own_s: float, own_name: str) -> tuple[float, str]:
-    """(seconds a call may take, the name of what bounds it): its own deadline, or what is left of the
+    """(seconds a call may take, the name of what
+    bounds it): its own deadline, or what is left of the
     current budget when that is shorter."""
     current = _CURRENT.get()
     if current is None:

@@ -29,15 +29,19 @@ class FileFormatError(LockstepError):
 
 
 def decode_utf8(raw: bytes, path: str | Path) -> str:
-    """`raw` as text, or a FileFormatError at the line of the first byte that is not UTF-8, or of a NUL.
+    """`raw` as text, or a FileFormatError at the line
+    of the first byte that is not UTF-8, or of a NUL.
 
-    No text format lockstep reads holds a NUL, and C (git, the shell) ends a value at one where Python
+    No text format lockstep reads holds a NUL, and C
+    (git, the shell) ends a value at one where Python
     does not: a value with a NUL would mean one thing to lockstep and another to what it runs."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise FileFormatError(path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x}): save the file as UTF-8") from None
+        raise FileFormatError(
+            path, line, f"not UTF-8 text (byte {raw[exc.start]:#04x}): save the file as UTF-8"
+        ) from None
     refuse_nul(text, path)
     return text
 
@@ -47,4 +51,8 @@ def refuse_nul(text: str, path: str | Path) -> None:
     at = text.find("\0")
     if at >= 0:
         line = text.count("\n", 0, at) + 1
-        raise FileFormatError(path, line, "holds a NUL byte (\\x00): not text; no value lockstep reads may contain one")
+        raise FileFormatError(
+            path,
+            line,
+            "holds a NUL byte (\\x00): not text; no value lockstep reads may contain one",
+        )

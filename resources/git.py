@@ -1,4 +1,5 @@
-"""GitRemotes: the git remotes lockstep reads and pushes to, through GitPython with a timeout on every call.
+"""GitRemotes: the git remotes lockstep reads and pushes
+to, through GitPython with a timeout on every call.
 
 One bare mirror per remote URL under a shared cache directory is reused across runs, so a fetch
 only moves new objects. Pushes are fast-forward only: lockstep never force-pushes.
@@ -25,7 +26,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 
-# Never wait for a password prompt or an unknown host key: fail and say so. (_env() adds the deadlines.)
+# Never wait for a password prompt or an unknown host
+# key: fail and say so. (_env() adds the deadlines.)
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
@@ -88,7 +90,8 @@ class CommitInfo(Model):
 
 
 class NamedRefs(Model):
-    """A name as a remote knows it: the tip of the branch of that name and the commit of the tag of that
+    """A name as a remote knows it: the tip of the
+    branch of that name and the commit of the tag of that
     name, each None when the remote has none."""
 
     name: str
@@ -120,19 +123,36 @@ def mirror_name(url: str) -> str:
 class GitRemotes(dg.ConfigurableResource):
     """ls-remote, a shared mirror cache, fetch by sha, ancestry, commit info, fast-forward push."""
 
-    cache_dir: str = Field(default="", description="Mirror cache; empty: $LOCKSTEP_CACHE/git or ~/.cache/lockstep/git.")
-    timeout_s: float = Field(default=300.0, gt=0, description="Every git call is killed after this.")
+    cache_dir: str = Field(
+        default="", description="Mirror cache; empty: $LOCKSTEP_CACHE/git or ~/.cache/lockstep/git."
+    )
+    timeout_s: float = Field(
+        default=300.0, gt=0, description="Every git call is killed after this."
+    )
     # The network deadlines ([timeouts] in the site, see resources/site/timeouts.py): git's own
     # timeouts do not bound a remote that accepts the connection and never answers, so the
     # process is killed.
-    connect_timeout_s: float = Field(default=15.0, gt=0, description="ssh ConnectTimeout (connect + handshake) and keepalive.")
-    refs_timeout_s: float = Field(default=30.0, gt=0, description="One ls-remote, the whole process group.")
-    transfer_timeout_s: float = Field(default=600.0, gt=0, description="One fetch or push, the whole process group.")
-    low_speed_bps: int = Field(default=1000, gt=0, description="http(s): slower than this for low_speed_s aborts.")
-    low_speed_s: int = Field(default=30, gt=0, description="http(s): how long a transfer may stay below low_speed_bps.")
+    connect_timeout_s: float = Field(
+        default=15.0, gt=0, description="ssh ConnectTimeout (connect + handshake) and keepalive."
+    )
+    refs_timeout_s: float = Field(
+        default=30.0, gt=0, description="One ls-remote, the whole process group."
+    )
+    transfer_timeout_s: float = Field(
+        default=600.0, gt=0, description="One fetch or push, the whole process group."
+    )
+    low_speed_bps: int = Field(
+        default=1000, gt=0, description="http(s): slower than this for low_speed_s aborts."
+    )
+    low_speed_s: int = Field(
+        default=30, gt=0, description="http(s): how long a transfer may stay below low_speed_bps."
+    )
     url_schemes: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SCHEMES),
-        description="Transports git may use ([site] url_schemes): every URL is checked, and GIT_ALLOW_PROTOCOL set.",
+        description=(
+            "Transports git may use ([site] url_schemes): every URL is checked, and "
+            "GIT_ALLOW_PROTOCOL set."
+        ),
     )
 
     # -- what goes in ---------------------------------------------------------------------------
@@ -150,7 +170,8 @@ class GitRemotes(dg.ConfigurableResource):
         return Path(self.cache_dir).expanduser() if self.cache_dir else _default_cache_dir()
 
     def trees_dir(self) -> Path:
-        """Where persistent checkouts (e.g. a rev's dependency trees) live: beside the mirror cache."""
+        """Where persistent checkouts (e.g. a rev's
+        dependency trees) live: beside the mirror cache."""
         return self._cache().parent / "trees"
 
     def _git(self, args: Sequence[str], cwd: Path | None = None, *, url: str | None = None) -> str:
@@ -175,35 +196,62 @@ class GitRemotes(dg.ConfigurableResource):
         git:// has no such knob: only the process deadline in _network ends a silent one."""
         allowed = ":".join(s for s in self.url_schemes if s in KNOWN_SCHEMES)
         connect = max(1, math.ceil(self.connect_timeout_s))  # ssh takes whole seconds
-        # Appended: OpenSSH keeps the first value of an option, so one a deployment's own command sets wins.
-        ssh = (f"{_GIT_ENV['GIT_SSH_COMMAND']} -o ConnectTimeout={connect} "
-               f"-o ServerAliveInterval={connect} -o ServerAliveCountMax=2")
+        # Appended: OpenSSH keeps the first value of an
+        # option, so one a deployment's own command sets wins.
+        ssh = (
+            f"{_GIT_ENV['GIT_SSH_COMMAND']} -o ConnectTimeout={connect} "
+            f"-o ServerAliveInterval={connect} -o ServerAliveCountMax=2"
+        )
         return {
-            **os.environ, **_GIT_ENV, "GIT_ALLOW_PROTOCOL": allowed, "GIT_SSH_COMMAND": ssh,
-            "GIT_HTTP_LOW_SPEED_LIMIT": str(self.low_speed_bps), "GIT_HTTP_LOW_SPEED_TIME": str(self.low_speed_s),
+            **os.environ,
+            **_GIT_ENV,
+            "GIT_ALLOW_PROTOCOL": allowed,
+            "GIT_SSH_COMMAND": ssh,
+            "GIT_HTTP_LOW_SPEED_LIMIT": str(self.low_speed_bps),
+            "GIT_HTTP_LOW_SPEED_TIME": str(self.low_speed_s),
         }
 
     def _ls_remote(self, args: Sequence[str], url: str) -> str:
         """``git ls-remote <args>``: what every sensor tick runs."""
-        return self._network(["ls-remote", *args], url, deadline_s=self.refs_timeout_s,
-                             deadline_key="[timeouts] git_refs_s")
+        return self._network(
+            ["ls-remote", *args],
+            url,
+            deadline_s=self.refs_timeout_s,
+            deadline_key="[timeouts] git_refs_s",
+        )
 
-    def _network(self, args: Sequence[str], url: str, *, deadline_s: float, deadline_key: str,
-                 cwd: Path | None = None) -> str:
+    def _network(
+        self,
+        args: Sequence[str],
+        url: str,
+        *,
+        deadline_s: float,
+        deadline_key: str,
+        cwd: Path | None = None,
+    ) -> str:
         """One git command that talks to `url` (ls-remote, fetch, push), killed with everything it
-        started when it outlives its deadline: the smallest of `deadline_s`, timeout_s and what is left
-        of the current budget (a sensor tick's, resources/deadline.py).
+        started when it outlives its deadline: the smallest of `deadline_s`, timeout_s and what is
+        left of the current budget (a sensor tick's, resources/deadline.py).
 
-        A plain subprocess, not GitPython (whose timeout is a watchdog thread started per call and kills
-        git alone), with the same environment and errors as _git. Its own process group, so the kill
-        takes the transport git started (ssh) along with git. Not its own session: with the kernel's
-        autogroup scheduling on, each new session is a new group to schedule, and that cost a tick ~6 ms
+        A plain subprocess, not GitPython (whose timeout is a watchdog thread started per call and
+        kills git alone), with the same environment and errors as _git. Its own process group, so
+        the kill takes the transport git started (ssh) along with git. Not its own session: with the
+        kernel's autogroup scheduling on, each new session is a
+        new group to schedule, and that cost a tick ~6 ms
         here, as much as the ls-remote itself."""
-        own, key = (deadline_s, deadline_key) if deadline_s <= self.timeout_s else (self.timeout_s, "timeout_s")
+        own, key = (
+            (deadline_s, deadline_key)
+            if deadline_s <= self.timeout_s
+            else (self.timeout_s, "timeout_s")
+        )
         seconds, key = limit(own, key)
         proc = subprocess.Popen(
-            [_git_binary(), "-c", "protocol.ext.allow=never", *args], cwd=cwd,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
+            [_git_binary(), "-c", "protocol.ext.allow=never", *args],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            process_group=0,
             env=self._env(),
         )
         try:
@@ -213,8 +261,10 @@ class GitRemotes(dg.ConfigurableResource):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise RemoteUnreachable(
-                f"cannot reach {redact(url)}: timeout: git {args[0]} did not complete in {seconds:g} secs "
-                f"({key}); git and its transport were killed. Check the remote is up and answers from this "
+                f"cannot reach {redact(url)}: timeout: git {args[0]} did not complete in "
+                f"{seconds:g} secs "
+                f"({key}); git and its transport were killed. Check the remote is up and answers "
+                "from this "
                 f"machine (git ls-remote -- {redact(url)}), or raise {key}"
             ) from None
         if proc.returncode:
@@ -222,8 +272,10 @@ class GitRemotes(dg.ConfigurableResource):
             if isinstance(error, RemoteUnreachable) and "timed out" in str(error).lower():
                 # ssh's ConnectTimeout (or keepalive) ended it: say which setting that was.
                 raise RemoteUnreachable(
-                    f"{error} (ssh gave up after [timeouts] git_connect_s = {self.connect_timeout_s:g} s: check the "
-                    "remote is up and answers from this machine, or raise [timeouts] git_connect_s)")
+                    f"{error} (ssh gave up after [timeouts] git_connect_s = "
+                    f"{self.connect_timeout_s:g} s: check the "
+                    "remote is up and answers from this machine, or raise [timeouts] git_connect_s)"
+                )
             raise error
         return out.decode(errors="surrogateescape")
 
@@ -254,16 +306,25 @@ class GitRemotes(dg.ConfigurableResource):
         return None
 
     def named_refs(self, *, url: str, name: str) -> NamedRefs:
-        """What `name` is on `url`, in one ls-remote: the tip of branch `name` and the commit of tag `name`
-        (annotated tags peeled), each None when absent. A PEP 508 `@ref` can be either, so a re-lock asks."""
+        """What `name` is on `url`, in one ls-remote: the
+        tip of branch `name` and the commit of tag `name`
+        (annotated tags peeled), each None when absent. A
+        PEP 508 `@ref` can be either, so a re-lock asks."""
         url, name = self._url(url), _ref("branch", name)
         wanted = (f"refs/heads/{name}", f"refs/tags/{name}", f"refs/tags/{name}^{{}}")
         out = self._ls_remote(["--", url, *wanted], url)
-        found = {ref: sha for sha, _, ref in (line.partition("\t") for line in out.splitlines()) if ref in wanted}
-        return NamedRefs(name=name, branch=found.get(wanted[0]), tag=found.get(wanted[2]) or found.get(wanted[1]))
+        found = {
+            ref: sha
+            for sha, _, ref in (line.partition("\t") for line in out.splitlines())
+            if ref in wanted
+        }
+        return NamedRefs(
+            name=name, branch=found.get(wanted[0]), tag=found.get(wanted[2]) or found.get(wanted[1])
+        )
 
     def ls_remote_heads(self, *, url: str, pattern: str = "*") -> dict[str, str]:
-        """Branch name -> tip sha for every branch of `url` whose name matches the glob `pattern`."""
+        """Branch name -> tip sha for every branch of
+        `url` whose name matches the glob `pattern`."""
         url = self._url(url)
         out = self._ls_remote(["--heads", "--", url], url)
         heads = {}
@@ -277,7 +338,9 @@ class GitRemotes(dg.ConfigurableResource):
     def ls_remote_tag(self, *, url: str, tag: str) -> str | None:
         """The commit a tag names on `url` (annotated tags peeled), or None."""
         url, tag = self._url(url), _ref("tag", tag)
-        out = self._ls_remote(["--tags", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url)
+        out = self._ls_remote(
+            ["--tags", "--", url, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}"], url
+        )
         found: dict[str, str] = {}
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
@@ -285,7 +348,12 @@ class GitRemotes(dg.ConfigurableResource):
         return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")
 
     def fetch(
-        self, *, url: str, shas: Sequence[str] = (), branches: Sequence[str] = (), depth: int | None = None
+        self,
+        *,
+        url: str,
+        shas: Sequence[str] = (),
+        branches: Sequence[str] = (),
+        depth: int | None = None,
     ) -> Path:
         """Bring commits into the shared mirror and return its path.
 
@@ -299,7 +367,9 @@ class GitRemotes(dg.ConfigurableResource):
             _ref("branch", branch)
         with self._locked_mirror(url) as repo:
             mirror = Path(repo.git_dir)
-            missing = [s for s in shas if not _has_commit(repo, s) or (depth is None and _is_shallow(repo))]
+            missing = [
+                s for s in shas if not _has_commit(repo, s) or (depth is None and _is_shallow(repo))
+            ]
             refspecs = [f"{s}:refs/lockstep/keep/{s}" for s in missing]
             refspecs += [f"+refs/heads/{b}:refs/lockstep/heads/{b}" for b in branches]
             if not refspecs:
@@ -310,12 +380,18 @@ class GitRemotes(dg.ConfigurableResource):
                 args.append(f"--depth={depth}")
             elif _is_shallow(repo):
                 args.append("--unshallow")
-            self._network([*args, "--", url, *refspecs], url, cwd=mirror, deadline_s=self.transfer_timeout_s,
-                          deadline_key="[timeouts] git_transfer_s")
+            self._network(
+                [*args, "--", url, *refspecs],
+                url,
+                cwd=mirror,
+                deadline_s=self.transfer_timeout_s,
+                deadline_key="[timeouts] git_transfer_s",
+            )
             return mirror
 
     def is_ancestor(self, *, url: str, ancestor: str, descendant: str) -> bool:
-        """True when `ancestor` is reachable from `descendant` (full history is fetched if needed)."""
+        """True when `ancestor` is reachable from
+        `descendant` (full history is fetched if needed)."""
         mirror = self.fetch(url=url, shas=[ancestor, descendant])
         try:
             self._git(["merge-base", "--is-ancestor", ancestor, descendant], mirror)
@@ -331,30 +407,44 @@ class GitRemotes(dg.ConfigurableResource):
         return self._git(["rev-parse", f"{sha}^{{tree}}"], mirror)
 
     def ahead_behind(self, *, url: str, base: str, tip: str) -> tuple[int, int]:
-        """(commits on `tip` not on `base`, commits on `base` not on `tip`), full history fetched as needed."""
+        """(commits on `tip` not on `base`, commits on `base`
+        not on `tip`), full history fetched as needed."""
         mirror = self.fetch(url=url, shas=[base, tip])
-        left, right = self._git(["rev-list", "--left-right", "--count", f"{base}...{tip}"], mirror).split()
+        left, right = self._git(
+            ["rev-list", "--left-right", "--count", f"{base}...{tip}"], mirror
+        ).split()
         return int(right), int(left)
 
-    def commits_after(self, *, url: str, base: str, tip: str, until: datetime | None = None,
-                      limit: int = 500) -> list[CommitInfo]:
-        """The commits on `tip` that `base` does not have (`base..tip`), committed no later than `until`,
+    def commits_after(
+        self, *, url: str, base: str, tip: str, until: datetime | None = None, limit: int = 500
+    ) -> list[CommitInfo]:
+        """The commits on `tip` that `base` does not have
+        (`base..tip`), committed no later than `until`,
         newest first, at most `limit`."""
         mirror = self.fetch(url=url, shas=[_sha(base), _sha(tip)])
         fmt = "%H%x00%T%x00%an <%ae>%x00%ct%x00%s%x00%P"
         args = ["log", f"--max-count={int(limit)}", f"--format={fmt}"]
         if until is not None:
-            args.append(f"--until={until.astimezone(timezone.utc).isoformat()}")
+            args.append(f"--until={until.astimezone(UTC).isoformat()}")
         out = self._git([*args, f"{base}..{tip}", "--"], mirror)
         commits = []
         for line in out.splitlines():
             h, tree, author, ct, summary, parents = line.split("\x00")
-            commits.append(CommitInfo(sha=h, tree=tree, author=author, summary=summary, parents=parents.split(),
-                                      committed_at=datetime.fromtimestamp(int(ct), tz=timezone.utc)))
+            commits.append(
+                CommitInfo(
+                    sha=h,
+                    tree=tree,
+                    author=author,
+                    summary=summary,
+                    parents=parents.split(),
+                    committed_at=datetime.fromtimestamp(int(ct), tz=UTC),
+                )
+            )
         return commits
 
     def list_files(self, *, url: str, sha: str, pattern: str) -> dict[str, str]:
-        """Path -> blob sha for every file at `sha` matching the glob (``**`` crosses directories)."""
+        """Path -> blob sha for every file at `sha`
+        matching the glob (``**`` crosses directories)."""
         mirror = self.fetch(url=url, shas=[sha], depth=1)
         out = self._git(["ls-tree", "-r", "--full-tree", sha], mirror)
         files = {}
@@ -378,7 +468,8 @@ class GitRemotes(dg.ConfigurableResource):
         return links
 
     def mirror_bytes(self, *, url: str) -> int:
-        """Bytes the mirror of `url` holds on disk (objects and packs): to tell fetched from re-used."""
+        """Bytes the mirror of `url` holds on disk (objects
+        and packs): to tell fetched from re-used."""
         path = self._cache() / mirror_name(url) / "objects"
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
@@ -391,16 +482,21 @@ class GitRemotes(dg.ConfigurableResource):
             shutil.rmtree(dest)
         self._git(["worktree", "prune"], mirror)  # forget a checkout that was there before
         dest.parent.mkdir(parents=True, exist_ok=True)
-        self._git(["worktree", "add", "--quiet", "--detach", "--force", "--", str(dest), sha], mirror)
+        self._git(
+            ["worktree", "add", "--quiet", "--detach", "--force", "--", str(dest), sha], mirror
+        )
         return dest
 
     def _in_trees(self, dest: Path) -> Path:
-        """`dest` resolved, refused unless strictly inside trees_dir(): materialize removes what is there."""
+        """`dest` resolved, refused unless strictly inside
+        trees_dir(): materialize removes what is there."""
         root = self.trees_dir()
         try:
             relative = Path(os.path.abspath(dest)).relative_to(os.path.abspath(root))
         except ValueError:
-            raise GitInputRefused(f"checkout {str(dest)!r} is not under {root}: refused, nothing removed") from None
+            raise GitInputRefused(
+                f"checkout {str(dest)!r} is not under {root}: refused, nothing removed"
+            ) from None
         try:
             return under(root, *relative.parts)
         except PathEscape as exc:
@@ -411,7 +507,10 @@ class GitRemotes(dg.ConfigurableResource):
         _ref("revision", rev)
         mirror = self.fetch(url=url, branches=[branch])
         try:
-            return self._git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], mirror)
+            return self._git(
+                ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+                mirror,
+            )
         except GitError:
             raise GitError(f"{rev!r} is not a commit of {branch} on {redact(url)}") from None
 
@@ -425,14 +524,15 @@ class GitRemotes(dg.ConfigurableResource):
             sha=h,
             tree=tree,
             author=author,
-            committed_at=datetime.fromtimestamp(int(ct), tz=timezone.utc),
+            committed_at=datetime.fromtimestamp(int(ct), tz=UTC),
             summary=summary,
             parents=parents.split(),
         )
 
     def short_sha(self, *, url: str, sha: str, branch: str) -> str:
-        """``git rev-parse --short <sha>`` with `branch`'s full history in the mirror: git's own length
-        rule (7 or more hex, longer as the repository grows or where 7 would be ambiguous), as a
+        """``git rev-parse --short <sha>`` with `branch`'s full history in the mirror: git's own
+        length rule (7 or more hex, longer as the repository
+        grows or where 7 would be ambiguous), as a
         person's clone prints it (the runbook's GITSHA)."""
         mirror = self.fetch(url=url, shas=[_sha(sha)], branches=[branch])
         return self._git(["rev-parse", "--short", sha], mirror)
@@ -448,8 +548,10 @@ class GitRemotes(dg.ConfigurableResource):
             raise
 
     def read_blobs(self, *, url: str, sha: str, blobs: Sequence[str]) -> dict[str, str]:
-        """Blob sha -> text (undecodable bytes kept as surrogate escapes) for blobs of commit `sha`, e.g.
-        what `list_files` found: one `git cat-file --batch` for all of them, not a process per file."""
+        """Blob sha -> text (undecodable bytes kept as
+        surrogate escapes) for blobs of commit `sha`, e.g.
+        what `list_files` found: one `git cat-file --batch`
+        for all of them, not a process per file."""
         for blob in blobs:
             _sha(blob)
         mirror = self.fetch(url=url, shas=[sha], depth=1)
@@ -457,27 +559,44 @@ class GitRemotes(dg.ConfigurableResource):
             return {}
         try:
             done = subprocess.run(
-                [_git_binary(), "cat-file", "--batch"], cwd=mirror, input="".join(f"{b}\n" for b in blobs).encode(),
-                capture_output=True, timeout=self.timeout_s, env={**os.environ, **_GIT_ENV}, check=False,
+                [_git_binary(), "cat-file", "--batch"],
+                cwd=mirror,
+                input="".join(f"{b}\n" for b in blobs).encode(),
+                capture_output=True,
+                timeout=self.timeout_s,
+                env={**os.environ, **_GIT_ENV},
+                check=False,
             )
         except subprocess.TimeoutExpired:
-            raise GitError(f"git cat-file --batch of {len(blobs)} blobs did not complete in {self.timeout_s:g} secs") from None
+            raise GitError(
+                f"git cat-file --batch of {len(blobs)} blobs did not complete in "
+                f"{self.timeout_s:g} secs"
+            ) from None
         if done.returncode:
-            raise GitError(f"git cat-file --batch failed (exit {done.returncode}): {redact(done.stderr.decode(errors='replace').strip())}")
+            raise GitError(
+                f"git cat-file --batch failed (exit {done.returncode}): "
+                f"{redact(done.stderr.decode(errors='replace').strip())}"
+            )
         out, at, texts = done.stdout, 0, {}
         for blob in blobs:
             end = out.index(b"\n", at)
             header = out[at:end].decode().split()
             if header[1:2] != ["blob"]:
-                raise GitError(f"{blob} is not a blob of {sha[:12]} on {redact(url)} (git says {' '.join(header[1:])})")
+                raise GitError(
+                    f"{blob} is not a blob of {sha[:12]} on {redact(url)} (git says "
+                    f"{' '.join(header[1:])})"
+                )
             size = int(header[2])
-            texts[blob] = out[end + 1:end + 1 + size].decode(errors="surrogateescape")
+            texts[blob] = out[end + 1 : end + 1 + size].decode(errors="surrogateescape")
             at = end + 1 + size + 1
         return texts
 
     @contextlib.contextmanager
-    def checkout(self, *, url: str, branch: str | None = None, sha: str | None = None) -> Iterator[Worktree]:
-        """A temporary worktree of `branch` (at its current tip) or of an exact `sha`, removed after use."""
+    def checkout(
+        self, *, url: str, branch: str | None = None, sha: str | None = None
+    ) -> Iterator[Worktree]:
+        """A temporary worktree of `branch` (at its current
+        tip) or of an exact `sha`, removed after use."""
         if (branch is None) == (sha is None):
             raise ValueError("checkout needs exactly one of branch= or sha=")
         url = self._url(url)
@@ -501,8 +620,11 @@ class GitRemotes(dg.ConfigurableResource):
             finally:
                 self._git(["worktree", "remove", "--force", "--", str(path)], mirror)
 
-    def commit_all(self, *, worktree: Worktree, message: str, author: str, paths: Sequence[str]) -> str:
-        """Commit the given paths in `worktree` as `author` ("Name <email>"); returns the new sha."""
+    def commit_all(
+        self, *, worktree: Worktree, message: str, author: str, paths: Sequence[str]
+    ) -> str:
+        """Commit the given paths in `worktree` as
+        `author` ("Name <email>"); returns the new sha."""
         name, _, email = author.partition(" <")
         ident = ["-c", f"user.name={name}", "-c", f"user.email={email.rstrip('>')}"]
         self._git(["add", "--", *paths], worktree.path)
@@ -510,7 +632,8 @@ class GitRemotes(dg.ConfigurableResource):
         return self._git(["rev-parse", "HEAD"], worktree.path)
 
     def push_fast_forward(self, *, worktree: Worktree) -> str:
-        """Push the worktree's HEAD to its branch, only as a fast-forward of the tip it was cloned at.
+        """Push the worktree's HEAD to its branch, only
+        as a fast-forward of the tip it was cloned at.
 
         Fetch-check-push: the remote tip is read again first; if it moved since the clone, nothing
         is pushed and NonFastForward says so. The push itself is a plain (non-force) push, so the
@@ -534,22 +657,31 @@ class GitRemotes(dg.ConfigurableResource):
                 "nothing was pushed; run again to redo the work on the new tip"
             )
         try:
-            self._network(["push", "--quiet", "--porcelain", "--", url, f"HEAD:refs/heads/{branch}"], url,
-                          cwd=worktree.path, deadline_s=self.transfer_timeout_s, deadline_key="[timeouts] git_transfer_s")
+            self._network(
+                ["push", "--quiet", "--porcelain", "--", url, f"HEAD:refs/heads/{branch}"],
+                url,
+                cwd=worktree.path,
+                deadline_s=self.transfer_timeout_s,
+                deadline_key="[timeouts] git_transfer_s",
+            )
         except RemoteUnreachable:
             raise
         except GitError as exc:
-            raise NonFastForward(f"the remote refused the push to {worktree.branch}: {exc}") from None
+            raise NonFastForward(
+                f"the remote refused the push to {worktree.branch}: {exc}"
+            ) from None
         after = self.ls_remote(url=worktree.url, branch=worktree.branch)
         if after != head:
             raise GitError(
-                f"pushed {head[:8]} to {worktree.branch} but the remote now says {(after or 'nothing')[:8]}"
+                f"pushed {head[:8]} to {worktree.branch} but the remote now says "
+                f"{(after or 'nothing')[:8]}"
             )
         return head
 
 
 def _failed(args: Sequence[str], status: object, stderr: str, url: str | None) -> GitError:
-    """The error for a git command that failed: RemoteUnreachable when it was the remote (`url`) that
+    """The error for a git command that failed:
+    RemoteUnreachable when it was the remote (`url`) that
     could not be reached, else GitError naming the command; both redacted."""
     stderr = redact(stderr.strip())
     if url is not None and _looks_unreachable(stderr):
@@ -577,21 +709,31 @@ def _sha(sha: str) -> str:
 
 
 def git_for(site: SiteConfig | None, **fields: object) -> GitRemotes:
-    """The git resource of a code location: the site's URL schemes and [timeouts] (the defaults without a site)."""
+    """The git resource of a code location: the site's URL
+    schemes and [timeouts] (the defaults without a site)."""
     if site is None:
         return GitRemotes(url_schemes=list(DEFAULT_SCHEMES), **fields)  # type: ignore[arg-type]
     t = site.timeouts
     site_fields: dict[str, object] = {
-        "url_schemes": list(site.site.url_schemes), "connect_timeout_s": t.git_connect_s,
-        "refs_timeout_s": t.git_refs_s, "transfer_timeout_s": t.git_transfer_s,
-        "low_speed_bps": t.git_low_speed_bps, "low_speed_s": t.git_low_speed_s,
+        "url_schemes": list(site.site.url_schemes),
+        "connect_timeout_s": t.git_connect_s,
+        "refs_timeout_s": t.git_refs_s,
+        "transfer_timeout_s": t.git_transfer_s,
+        "low_speed_bps": t.git_low_speed_bps,
+        "low_speed_s": t.git_low_speed_s,
     }
     return GitRemotes(**{**site_fields, **fields})  # type: ignore[arg-type]
 
 
 def glob_match(pattern: str, path: str) -> bool:
     """fnmatch where ``*`` stays within one directory and ``**/`` spans any number of them."""
-    regex = re.escape(pattern).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+    regex = (
+        re.escape(pattern)
+        .replace(r"\*\*/", "(?:.*/)?")
+        .replace(r"\*\*", ".*")
+        .replace(r"\*", "[^/]*")
+        .replace(r"\?", "[^/]")
+    )
     return re.fullmatch(regex, path) is not None
 
 

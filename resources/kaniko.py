@@ -1,4 +1,5 @@
-"""The iris job that runs a kaniko build of the :tpu image (runbook §1, §3). Pure: settings in, JobSpec out.
+"""The iris job that runs a kaniko build of the :tpu
+image (runbook §1, §3). Pure: settings in, JobSpec out.
 
 The cluster denies CAP_SYS_ADMIN and runs gVisor, so buildkit cannot build there; kaniko can, but
 its executor image has no bash, so the task image is plain ubuntu and the build script
@@ -20,7 +21,11 @@ from resources.iris.cli import JobSpec
 from resources.model import Model
 
 # What follows `--` in the runbook, verbatim: decode the script in the task, then become it.
-BUILD_COMMAND = ["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
+BUILD_COMMAND = [
+    "bash",
+    "-lc",
+    'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh',
+]
 
 _GITSHA = re.compile(r"^[0-9a-f]{7,40}\Z")
 # As in resources/site/fields.py: upper-case names only.
@@ -37,12 +42,18 @@ class KanikoSettings(Model):
     model_config = ConfigDict(extra="forbid")
 
     gitsha: str | None = Field(
-        default=None, description="Consumer commit (`git rev-parse --short HEAD`); names the :tpu-<gitsha> tag."
+        default=None,
+        description="Consumer commit (`git rev-parse --short HEAD`); names the :tpu-<gitsha> tag.",
     )
-    image: str = Field(description="Image repository without a tag, e.g. ghcr.io/open-thoughts/openthoughts-agent.")
-    docker_user: str = Field(description="Registry user for the push (DOCKER_USER_ID), e.g. penfever.")
+    image: str = Field(
+        description="Image repository without a tag, e.g. ghcr.io/open-thoughts/openthoughts-agent."
+    )
+    docker_user: str = Field(
+        description="Registry user for the push (DOCKER_USER_ID), e.g. penfever."
+    )
     docker_token_env: str | None = Field(
-        description="NAME of the env var holding the registry token (a GitHub PAT for ghcr.io, not Docker Hub's); "
+        description="NAME of the env var holding the registry token (a GitHub PAT for ghcr.io, "
+        "not Docker Hub's); "
         "None for a registry that takes anonymous pushes (the sandbox)."
     )
     cpu: int = Field(default=16, gt=0)
@@ -57,13 +68,16 @@ def _checked(settings: KanikoSettings) -> tuple[str, str]:
     gitsha = (settings.gitsha or "").strip()
     if not gitsha:
         raise KanikoError(
-            "GITSHA is required: it names the immutable :tpu-<gitsha> tag, and build_tpu_kaniko.sh dies on "
-            '`: "${GITSHA:?}"` without it (runbook §3). Set KanikoSettings.gitsha to the consumer commit '
+            "GITSHA is required: it names the immutable :tpu-<gitsha> tag, and "
+            "build_tpu_kaniko.sh dies on "
+            '`: "${GITSHA:?}"` without it (runbook §3). Set KanikoSettings.gitsha to the '
+            "consumer commit "
             "being built (git rev-parse --short HEAD)."
         )
     if not _GITSHA.match(gitsha):
         raise KanikoError(
-            f"GITSHA {gitsha!r} is not a lower-case hex commit sha (7 to 40 of 0-9a-f); it becomes the tag "
+            f"GITSHA {gitsha!r} is not a lower-case hex commit sha (7 to 40 of 0-9a-f); it "
+            "becomes the tag "
             "tpu-<gitsha>, so pass exactly what `git rev-parse --short HEAD` prints."
         )
     image = settings.image.strip()
@@ -71,22 +85,27 @@ def _checked(settings: KanikoSettings) -> tuple[str, str]:
     if not image or "@" in image or ":" in last:
         raise KanikoError(
             f"image {image!r} must be a repository without a tag or digest (e.g. "
-            "ghcr.io/open-thoughts/openthoughts-agent): a build always pushes <image>:tpu-<gitsha>, "
+            "ghcr.io/open-thoughts/openthoughts-agent): a build always pushes "
+            "<image>:tpu-<gitsha>, "
             "and the floating :tpu only moves by promotion."
         )
     if not settings.docker_user.strip():
-        raise KanikoError("docker_user is empty: the registry user the push authenticates as (DOCKER_USER_ID)")
+        raise KanikoError(
+            "docker_user is empty: the registry user the push authenticates as (DOCKER_USER_ID)"
+        )
     if settings.docker_token_env is not None and not _ENV_NAME.match(settings.docker_token_env):
         # Never echo it: if it is not a name, it may well be the token itself.
         raise KanikoError(
-            f"docker_token_env must be the NAME of an environment variable (upper case, e.g. GHCR_TOKEN), not a token; "
+            "docker_token_env must be the NAME of an environment variable (upper case, e.g. "
+            "GHCR_TOKEN), not a token; "
             f"got {len(settings.docker_token_env)} characters that are not a variable name"
         )
     return gitsha, image
 
 
 def build_destination(settings: KanikoSettings) -> str:
-    """``<image>:tpu-<gitsha>``: the only place a build may push (PINNED-first, runbook §3 and §8)."""
+    """``<image>:tpu-<gitsha>``: the only place a build
+    may push (PINNED-first, runbook §3 and §8)."""
     gitsha, image = _checked(settings)
     return f"{image}:tpu-{gitsha}"
 

@@ -14,7 +14,8 @@ from resources.site.links import LinksSection
 
 def commit_url(links: LinksSection, remote: str, sha: str) -> str | None:
     """The page of `sha` in `remote`, from the first ``[[links.commit]]`` whose prefix matches."""
-    url = without_credentials(remote)  # credentials in a remote must not decide, or leak into, a link
+    # credentials in a remote must not decide, or leak into, a link
+    url = without_credentials(remote)
     for rule in links.commit:
         if url.startswith(rule.remote):
             path = url[len(rule.remote) :].strip("/").removesuffix(".git")
@@ -23,7 +24,8 @@ def commit_url(links: LinksSection, remote: str, sha: str) -> str | None:
 
 
 def image_url(links: LinksSection, image: str, digest: str) -> str | None:
-    """The page of `image@digest` (`image` like ``ghcr.io/org/name``), when ``[links] image`` is set."""
+    """The page of `image@digest` (`image` like
+    ``ghcr.io/org/name``), when ``[links] image`` is set."""
     if links.image is None:
         return None
     registry, _, repository = image.partition("/")
@@ -35,13 +37,17 @@ def commit_entries(
 ) -> dict[str, dg.MetadataValue]:
     """``{key: sha}`` (or `text`, e.g. ``old -> new``) plus ``{key}_url`` to `sha`'s page when the
     site links commits of `remote`."""
-    entries: dict[str, dg.MetadataValue] = {key: dg.MetadataValue.text(sha if text is None else text)}
+    entries: dict[str, dg.MetadataValue] = {
+        key: dg.MetadataValue.text(sha if text is None else text)
+    }
     if sha and (url := commit_url(links, remote, sha)):
         entries[f"{key}_url"] = dg.MetadataValue.url(url)
     return entries
 
 
-def digest_entries(links: LinksSection, key: str, image: str, digest: str) -> dict[str, dg.MetadataValue]:
+def digest_entries(
+    links: LinksSection, key: str, image: str, digest: str
+) -> dict[str, dg.MetadataValue]:
     """``{key: digest}`` plus ``{key}_url`` when the site links image digests."""
     entries: dict[str, dg.MetadataValue] = {key: dg.MetadataValue.text(digest)}
     if digest and (url := image_url(links, image, digest)):

@@ -1,4 +1,5 @@
-"""Names from outside — revs, branches, tags, node names, URLs, path parts — checked where they enter.
+"""Names from outside — revs, branches, tags, node
+names, URLs, path parts — checked where they enter.
 
 A lab's lock, a vLLM tree's cmake files, a site file and a registry's answer are written by other
 people. Whatever they name becomes a partition key, a file name, a git argument or a word on a
@@ -19,8 +20,10 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote
 
 # A rev, a node name, a build-dir part: starts with a letter or digit, at most 64 characters.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: `$` also matches before a final newline
-IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*\Z")  # a user or job name part of an iris /<user>/<name>
+# \Z: `$` also matches before a final newline
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# a user or job name part of an iris /<user>/<name>
+IRIS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*\Z")
 
 # Transports git may use for any URL lockstep hands it. `ext::` runs a command and `fd::` reads a
 # file descriptor: never. A site narrows this further with `[site] url_schemes`.
@@ -48,14 +51,16 @@ def check_name(kind: str, value: object) -> str:
     text = _text(kind, value)
     if not NAME.match(text) or ".." in text:
         raise NameRefused(
-            f"{kind} {text!r} is not a plain name: letters, digits, '.', '_', '-', starting with a letter "
+            f"{kind} {text!r} is not a plain name: letters, digits, '.', '_', '-', starting with "
+            "a letter "
             "or digit, at most 64 characters, no '..' (it becomes a file name and a partition key)"
         )
     return text
 
 
 def check_ref(kind: str, value: object) -> str:
-    """A branch or tag name as git accepts it after `refs/heads/` (git-check-ref-format --branch)."""
+    """A branch or tag name as git accepts it after
+    `refs/heads/` (git-check-ref-format --branch)."""
     text = _text(kind, value)
     why = ref_problem(text)
     if why:
@@ -64,7 +69,8 @@ def check_ref(kind: str, value: object) -> str:
 
 
 def ref_problem(name: str) -> str | None:
-    """Why git would refuse `name` as a branch, or None. git-check-ref-format(1), rules 1-10 and --branch."""
+    """Why git would refuse `name` as a branch, or None.
+    git-check-ref-format(1), rules 1-10 and --branch."""
     if not name:
         return "it is empty"
     if name.startswith("-"):
@@ -95,16 +101,21 @@ def url_scheme(url: str) -> str | None:
 
 
 def check_url(kind: str, value: object, schemes: Collection[str] = KNOWN_SCHEMES) -> str:
-    """A git remote URL whose transport is one of `schemes`; never an option, `ext::` or a bare path."""
+    """A git remote URL whose transport is one of
+    `schemes`; never an option, `ext::` or a bare path."""
     text = _text(kind, value)
     if not text:
-        raise NameRefused(f"{kind} is empty: give the repository's URL (e.g. https://github.com/org/repo.git)")
+        raise NameRefused(
+            f"{kind} is empty: give the repository's URL (e.g. https://github.com/org/repo.git)"
+        )
     if text.startswith("-"):
         raise NameRefused(f"{kind} {text!r} starts with '-': git would read it as an option")
     if _CONTROL.search(text) or any(c.isspace() for c in text):
         raise NameRefused(f"{kind} {text!r} holds whitespace or a control character")
     if "::" in text.split("/", 1)[0]:
-        raise NameRefused(f"{kind} {text!r} names a git remote helper ('<transport>::'), which may run commands")
+        raise NameRefused(
+            f"{kind} {text!r} names a git remote helper ('<transport>::'), which may run commands"
+        )
     if why := _login_problem(text):
         raise NameRefused(f"{kind} {text!r}: {why}")
     scheme = url_scheme(text)
@@ -114,12 +125,15 @@ def check_url(kind: str, value: object, schemes: Collection[str] = KNOWN_SCHEMES
             f"(allowed schemes: {', '.join(sorted(schemes))})"
         )
     if scheme not in schemes:
-        raise NameRefused(f"{kind} {text!r} uses {scheme!r}; this site allows {', '.join(sorted(schemes))}")
+        raise NameRefused(
+            f"{kind} {text!r} uses {scheme!r}; this site allows {', '.join(sorted(schemes))}"
+        )
     return text
 
 
 def _login_part(url: str) -> str:
-    """The `[user@]host[:port]` of a URL (`scheme://` form) or of scp-like `[user@]host:path`; '' if none."""
+    """The `[user@]host[:port]` of a URL (`scheme://`
+    form) or of scp-like `[user@]host:path`; '' if none."""
     if "://" in url:
         return re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0]
     head = url.split("/", 1)[0]
@@ -142,16 +156,21 @@ def _login_problem(url: str) -> str | None:
         forms |= {unquote(f) for f in forms}
     for form in forms:
         login = _login_part(form)
-        if _CONTROL.search(login) or any(c.isspace() for c in login):  # a path may hold a %20; a host may not
+        # a path may hold a %20; a host may not
+        if _CONTROL.search(login) or any(c.isspace() for c in login):
             return "its user or host hides whitespace or a control character behind %-encoding"
         for piece in re.split(r"[@:\[\]]", login):
             if piece.strip().startswith("-"):
-                return "its user or host starts with '-' (plain, bracketed or %-encoded), which ssh would read as an option"
+                return (
+                    "its user or host starts with '-' (plain, bracketed or %-encoded), which "
+                    "ssh would read as an option"
+                )
     return None
 
 
 def check_relative_path(kind: str, value: object) -> str:
-    """A path inside a repo or tree (`docker/Dockerfile.tpu`): relative, no `..`, each part a plain name."""
+    """A path inside a repo or tree (`docker/Dockerfile.tpu`):
+    relative, no `..`, each part a plain name."""
     text = _text(kind, value)
     path = PurePosixPath(text)
     if not text or path.is_absolute() or "\\" in text:
@@ -159,7 +178,8 @@ def check_relative_path(kind: str, value: object) -> str:
     for part in path.parts:
         if part == ".." or not NAME.match(part):
             raise NameRefused(
-                f"{kind} {text!r}: its part {part!r} is not a plain name (letters, digits, '.', '_', '-'; no '..')"
+                f"{kind} {text!r}: its part {part!r} is not a plain name (letters, digits, '.', "
+                "'_', '-'; no '..')"
             )
     return text
 
@@ -177,5 +197,7 @@ def under(root: Path, *parts: str) -> Path:
     target = base.joinpath(*parts).resolve()
     if target == base or base not in target.parents:
         shown = "/".join(parts)
-        raise PathEscape(f"{shown!r} resolves to {target}, outside {base}: refused before anything was written")
+        raise PathEscape(
+            f"{shown!r} resolves to {target}, outside {base}: refused before anything was written"
+        )
     return target

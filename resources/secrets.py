@@ -32,7 +32,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def without_credentials(url: str) -> str:
-    """`url` with any `user:token@` userinfo removed (not masked): for links and matching, never for logs."""
+    """`url` with any `user:token@` userinfo removed (not
+    masked): for links and matching, never for logs."""
     return _URL_USERINFO.sub(lambda m: m.group("scheme"), url)
 
 
@@ -43,7 +44,7 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
 
 
 def quiet_urllib3() -> None:
-    """Called before the first request of every HTTP client lockstep builds: urllib3 logs each request
-    line and each retry at DEBUG, path included, and for a webhook the path IS the token
+    """Called before the first request of every HTTP client lockstep builds: urllib3 logs each
+    request line and each retry at DEBUG, path included, and for a webhook the path IS the token
     (hooks.slack.com/services/T.../B.../secret). A daemon run at DEBUG must not write it out."""
     logging.getLogger("urllib3").setLevel(logging.INFO)

@@ -1,4 +1,5 @@
-"""The attestation signer: the site's `[attest] key_env` key, wired as a dg.EnvVar in Definitions."""
+"""The attestation signer: the site's `[attest]
+key_env` key, wired as a dg.EnvVar in Definitions."""
 
 from __future__ import annotations
 
@@ -14,17 +15,25 @@ if TYPE_CHECKING:
 
 
 class AttestSigner(dg.ConfigurableResource):
-    """Signs `tpu/verified_image`'s statement. Empty `key_env`: the site has no [attest], nothing is signed."""
+    """Signs `tpu/verified_image`'s statement. Empty
+    `key_env`: the site has no [attest], nothing is signed."""
 
-    key_env: str = Field(default="", description="NAME of the env var with the ECDSA P-256 private key (PEM).")
+    key_env: str = Field(
+        default="", description="NAME of the env var with the ECDSA P-256 private key (PEM)."
+    )
     key: str | None = Field(
         default=None,
-        description="The key itself, as a dg.EnvVar of key_env when wired in Definitions; unset: read $key_env when signing.",
+        description=(
+            "The key itself, as a dg.EnvVar of key_env when wired in Definitions; unset: read "
+            "$key_env when signing."
+        ),
     )
 
     def signing_key(self) -> SigningKey | None:
-        """The key (None without [attest]); AttestError naming the variable when it is unset or not a key."""
+        """The key (None without [attest]); AttestError
+        naming the variable when it is unset or not a key."""
         from resources.attest import load_signing_key
+
         if not self.key_env:
             return None
         value = self.key if self.key is not None else os.environ.get(self.key_env, "")
@@ -32,7 +41,8 @@ class AttestSigner(dg.ConfigurableResource):
 
 
 def signer_for(site: SiteConfig | None, *, env_vars: bool = False) -> AttestSigner:
-    """The signer a site names. `env_vars`: the key as dg.EnvVar (Definitions: Dagster resolves it per run)."""
+    """The signer a site names. `env_vars`: the key as
+    dg.EnvVar (Definitions: Dagster resolves it per run)."""
     if site is None or site.attest is None:
         return AttestSigner()
     env = site.attest.key_env

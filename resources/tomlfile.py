@@ -16,7 +16,9 @@ from resources.reader import check_nesting, read_text, tree_problem
 from resources.secrets import redact
 
 # A key whose name says it holds a credential: its line is never shown, whatever is wrong with it.
-SECRET_KEY = re.compile(r"(token|password|passwd|secret|passphrase|credential|api_key)", re.I)
+SECRET_KEY = re.compile(
+    r"(token|password|passwd|secret|passphrase|credential|api_key)", re.IGNORECASE
+)
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 _KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
 _NUL_ESCAPE = re.compile(r"\\(u0000|U00000000)")
@@ -28,7 +30,8 @@ def _norm(part: str) -> str:
 
 
 def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
-    """Parse a TOML file (read through resources/reader.py when `text` is not given); a syntax error,
+    """Parse a TOML file (read through resources/reader.py
+    when `text` is not given); a syntax error,
     a NUL byte or nesting deeper than reader.MAX_DEPTH becomes a FileFormatError with the line."""
     if text is None:
         text = read_text(path)
@@ -40,8 +43,8 @@ def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
         m = _TOML_POS.search(str(exc))
         line = int(m.group(1)) if m else 1
         raise FileFormatError(path, line, f"not valid TOML: {exc}{_shown(text, line)}") from None
-    # A dotted key (`a.b.c...`) nests without a bracket, and "\u0000" makes a NUL from clean bytes: the
-    # tree is checked before anything repr()s it or hands a value to git or a shell.
+    # A dotted key (`a.b.c...`) nests without a bracket, and "\u0000" makes a NUL from clean bytes:
+    # the tree is checked before anything repr()s it or hands a value to git or a shell.
     if (problem := tree_problem(data)) is not None:
         where, what = problem
         key = str(where[-1]) if where else ""
@@ -49,8 +52,11 @@ def load_toml(path: Path, text: str | None = None) -> dict[str, Any]:
         nul = _NUL_ESCAPE.search(text) if "NUL" in what else None
         line = text.count("\n", 0, nul.start()) + 1 if nul else _line_naming(text, key)
         shown = ".".join(str(p) for p in where[:4]) + ("..." if len(where) > 4 else "")
-        raise FileFormatError(path, line, f"{shown} {what}: no TOML file lockstep reads has that (a generated or "
-                                          "hostile file?)")
+        raise FileFormatError(
+            path,
+            line,
+            f"{shown} {what}: no TOML file lockstep reads has that (a generated or hostile file?)",
+        )
     return data
 
 
@@ -58,12 +64,15 @@ def _line_naming(text: str, key: str) -> int:
     """The first line that sets `key` (`key =`, `"key" =`), else the first that names it, else 1."""
     lines = text.splitlines()
     sets = re.compile(rf"""(^|[\s.{{,"'])({re.escape(key)})["']?\s*=""")
-    return next((n for n, t in enumerate(lines, 1) if key and sets.search(t)),
-                next((n for n, t in enumerate(lines, 1) if key and key in t), 1))
+    return next(
+        (n for n, t in enumerate(lines, 1) if key and sets.search(t)),
+        next((n for n, t in enumerate(lines, 1) if key and key in t), 1),
+    )
 
 
 def _shown(text: str, line: int | None) -> str:
-    """The line a syntax error is on, so the person sees the value; never one whose key names a secret."""
+    """The line a syntax error is on, so the person sees
+    the value; never one whose key names a secret."""
     lines = text.splitlines()
     if not line or line > len(lines):
         return ""
@@ -93,13 +102,19 @@ def key_line(text: str, table: tuple[str, ...], key: str | None = None) -> int |
             if current == table and header_line is None:
                 header_line = number
             continue
-        if (key is not None and current == table and (m := _KEY.match(line))
-                and _norm(m.group(1).split(".")[0]) == key):
+        if (
+            key is not None
+            and current == table
+            and (m := _KEY.match(line))
+            and _norm(m.group(1).split(".")[0]) == key
+        ):
             return number
     return header_line
 
 
-def _indexed(parts: list[str], arrays: dict[tuple[str, ...], int], *, defining_array: bool) -> tuple[str, ...]:
+def _indexed(
+    parts: list[str], arrays: dict[tuple[str, ...], int], *, defining_array: bool
+) -> tuple[str, ...]:
     """A header's path with the index of the current entry after every array-of-tables prefix."""
     out: list[str] = []
     for i in range(len(parts)):

@@ -1,4 +1,5 @@
-"""uv: the CLI lockstep runs (its own pinned copy, from the `uv` package) and a model of `uv.lock`."""
+"""uv: the CLI lockstep runs (its own pinned copy,
+from the `uv` package) and a model of `uv.lock`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import dagster as dg
 from pydantic import ConfigDict, Field, ValidationError
 
 from resources.errors import FileFormatError, LockstepError, decode_utf8
-from resources.reader import read_bytes
 from resources.model import Model
 from resources.names import KNOWN_SCHEMES, NameRefused, check_url
+from resources.reader import read_bytes
 from resources.secrets import redact
 from resources.tomlfile import key_line, load_toml
 
@@ -42,15 +43,18 @@ class GitSource(Model):
 
     @classmethod
     def parse(cls, value: str) -> GitSource:
-        """Read a git source; a ValueError (showing the value) when it pins no full commit or names no URL.
+        """Read a git source; a ValueError (showing the
+        value) when it pins no full commit or names no URL.
 
-        uv always writes the resolved commit after '#': without it, or with a short one, the lock does
-        not say which harbor an image gets.
+        uv always writes the resolved commit after '#': without it, or with a short one, the lock
+        does not say which harbor an image gets.
         """
         base, hash_sign, commit = value.partition("#")
         if not hash_sign or not _COMMIT.match(commit):
             got = f"{commit!r}" if hash_sign else "no '#<commit>'"
-            raise ValueError(f"git source {redact(value)!r} must end in '#<40-hex commit>' (got {got})")
+            raise ValueError(
+                f"git source {redact(value)!r} must end in '#<40-hex commit>' (got {got})"
+            )
         parts = urlsplit(base)
         query = {k: unquote(v[0]) for k, v in parse_qs(parts.query).items()}
         url = parts._replace(query="").geturl()
@@ -58,7 +62,13 @@ class GitSource(Model):
             check_url("git source URL", url, KNOWN_SCHEMES)
         except NameRefused as exc:
             raise ValueError(redact(str(exc))) from None
-        return cls(url=url, branch=query.get("branch"), rev=query.get("rev"), tag=query.get("tag"), commit=commit)
+        return cls(
+            url=url,
+            branch=query.get("branch"),
+            rev=query.get("rev"),
+            tag=query.get("tag"),
+            commit=commit,
+        )
 
     @property
     def pinned_by(self) -> str:
@@ -119,21 +129,30 @@ class UvLock(Model):
 
     def line_of(self, name: str) -> int | None:
         """The line of ``name = "<name>"`` in the file, for error messages."""
-        pattern = re.compile(rf'^name\s*=\s*"{re.escape(name)}"\s*$', re.I)
-        return next((n for n, line in enumerate(self.text.splitlines(), 1) if pattern.match(line)), None)
+        pattern = re.compile(rf'^name\s*=\s*"{re.escape(name)}"\s*$', re.IGNORECASE)
+        return next(
+            (n for n, line in enumerate(self.text.splitlines(), 1) if pattern.match(line)), None
+        )
 
     def git_package(self, name: str) -> tuple[LockedPackage, GitSource]:
         """The named package and its git source, or a FileFormatError saying what is missing."""
         pkg = self.find(name)
         if pkg is None:
-            raise FileFormatError(self.path, None, f"no [[package]] named {name!r}: is it a dependency of this project?")
+            raise FileFormatError(
+                self.path,
+                None,
+                f"no [[package]] named {name!r}: is it a dependency of this project?",
+            )
         src = pkg.git
         if src is None:
             kind = next(iter(pkg.source), "none")
             raise FileFormatError(
-                self.path, self.line_of(pkg.name),
-                f"{name} comes from a {kind} source, not git: declare it as a git dependency that follows a branch "
-                f'("{name} @ git+<repo>@<branch>" in [project].dependencies, or [tool.uv.sources] with branch =)',
+                self.path,
+                self.line_of(pkg.name),
+                f"{name} comes from a {kind} source, not git: declare it as a git dependency "
+                "that follows a branch "
+                f'("{name} @ git+<repo>@<branch>" in [project].dependencies, or '
+                "[tool.uv.sources] with branch =)",
             )
         return pkg, src
 
@@ -144,8 +163,19 @@ def _explain(exc: ValidationError, path: Path, text: str) -> FileFormatError:
     loc = [str(p) for p in err["loc"]]
     if len(loc) > 2 and loc[0] == "package" and loc[2] == "source":
         loc = loc[:3]  # a value inside the inline table: its line is the `source = {...}` line
-    line = next((n for i in range(len(loc), 0, -1) if (n := key_line(text, tuple(loc[: i - 1]), loc[i - 1]))), 1)
-    where = f"[[package]] #{int(loc[1]) + 1} {'.'.join(loc[2:])}" if len(loc) > 2 and loc[0] == "package" else ".".join(loc)
+    line = next(
+        (
+            n
+            for i in range(len(loc), 0, -1)
+            if (n := key_line(text, tuple(loc[: i - 1]), loc[i - 1]))
+        ),
+        1,
+    )
+    where = (
+        f"[[package]] #{int(loc[1]) + 1} {'.'.join(loc[2:])}"
+        if len(loc) > 2 and loc[0] == "package"
+        else ".".join(loc)
+    )
     msg = err["msg"].removeprefix("Value error, ")
     return FileFormatError(path, line, f"{where}: {msg} (got {redact(repr(err.get('input')))})")
 
@@ -169,25 +199,45 @@ class UvCli(dg.ConfigurableResource):
 
     def _run(self, project_dir: Path, args: list[str]) -> UvResult:
         argv = [uv_binary(), *args, "--no-progress", *(["--offline"] if self.offline else [])]
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
+        }
         env.setdefault("UV_PYTHON_DOWNLOADS", "never")
         try:
             proc = subprocess.run(
-                argv, cwd=project_dir, env=env, capture_output=True, text=True, timeout=self.timeout_s, check=False
+                argv,
+                cwd=project_dir,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                check=False,
             )
         except subprocess.TimeoutExpired:
-            raise UvError(f"uv {' '.join(args)} did not finish in {self.timeout_s:g}s in {project_dir}") from None
-        return UvResult(ok=proc.returncode == 0, exit_code=proc.returncode, output=redact((proc.stdout + proc.stderr).strip()))
+            raise UvError(
+                f"uv {' '.join(args)} did not finish in {self.timeout_s:g}s in {project_dir}"
+            ) from None
+        return UvResult(
+            ok=proc.returncode == 0,
+            exit_code=proc.returncode,
+            output=redact((proc.stdout + proc.stderr).strip()),
+        )
 
     def lock_upgrade(self, *, project_dir: Path, package: str) -> UvResult:
         """``uv lock --upgrade-package PACKAGE``: re-resolve one package, keep every other pin."""
         result = self._run(project_dir, ["lock", "--upgrade-package", package])
         if not result.ok:
-            raise UvError(f"uv lock --upgrade-package {package} failed (exit {result.exit_code}):\n{result.output}")
+            raise UvError(
+                f"uv lock --upgrade-package {package} failed (exit "
+                f"{result.exit_code}):\n{result.output}"
+            )
         return result
 
     def lock_check(self, *, project_dir: Path) -> UvResult:
-        """``uv lock --check``: does the lock still match pyproject.toml? Never raises on a mismatch."""
+        """``uv lock --check``: does the lock still match
+        pyproject.toml? Never raises on a mismatch."""
         return self._run(project_dir, ["lock", "--check"])
 
     def lock(self, *, project_dir: Path) -> UvResult:

@@ -1,12 +1,13 @@
 """Base images for the sandbox's Docker engines, made offline from this machine's own files.
 
-No registry is reachable from the sandbox, so nothing can be pulled; a base is a root filesystem copied
-from the host: Debian's ``/usr/bin/python3.11`` with its stdlib and every shared library ``ldd`` names
-for it and its extension modules, busybox (``busybox-static``) for ``sh`` and the coreutils, bash, git
-(with ``git-core``) and uv. A caller adds its own files (the GPU toolchain stand-ins of the Jovian
-base). The result is a ``docker load`` archive built byte-for-byte deterministically (sorted entries,
-owner 0, mtime 0, fixed config), so the same inputs give the same image ID in every engine, and it is
-cached under ``.tools/base-images/`` keyed by its inputs: made once per machine, loaded per engine.
+No registry is reachable from the sandbox, so nothing can be pulled; a base is a root filesystem
+copied from the host: Debian's ``/usr/bin/python3.11`` with its stdlib and every shared library
+``ldd`` names for it and its extension modules, busybox (``busybox-static``) for ``sh`` and the
+coreutils, bash, git (with ``git-core``) and uv. A caller adds its own files (the GPU toolchain
+stand-ins of the Jovian base). The result is a ``docker load`` archive built byte-for-byte
+deterministically (sorted entries, owner 0, mtime 0, fixed config), so the same inputs give the same
+image ID in every engine, and it is cached under ``.tools/base-images/`` keyed by its
+inputs: made once per machine, loaded per engine.
 """
 
 from __future__ import annotations
@@ -38,8 +39,20 @@ GIT = Path("/usr/bin/git")
 GIT_CORE = Path("/usr/lib/git-core")
 GIT_TEMPLATES = Path("/usr/share/git-core/templates")
 # Parts of the stdlib no build or gate uses; left out to keep the base small.
-PYTHON_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data", "EXTERNALLY-MANAGED"}
-IMAGE_PATH = "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PYTHON_SKIP = {
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+    "EXTERNALLY-MANAGED",
+}
+IMAGE_PATH = (
+    "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/"
+    "bin:/sbin:/bin"
+)
 
 
 class BaseImageError(RuntimeError):
@@ -59,9 +72,11 @@ class BaseSpec:
     tags: tuple[str, ...]
     extra: Mapping[str, ExtraFile] = field(default_factory=dict)
     env: tuple[str, ...] = ()
-    # More host files or directory trees, copied at their own paths with every library their ELF files need.
+    # More host files or directory trees, copied at their
+    # own paths with every library their ELF files need.
     host_paths: tuple[Path, ...] = ()
-    # Lines appended to /etc/passwd and /etc/group (a service that refuses to run as root needs a user).
+    # Lines appended to /etc/passwd and /etc/group (a
+    # service that refuses to run as root needs a user).
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ("/bin/sh",)
@@ -76,8 +91,10 @@ def _uv_binary() -> Path:
 
 def _require(path: Path, package: str) -> Path:
     if not path.exists():
-        raise BaseImageError(f"{path} is missing: the sandbox's base images copy it from this machine; "
-                             f"install Debian's {package} (apt-get install {package})")
+        raise BaseImageError(
+            f"{path} is missing: the sandbox's base images copy it from this machine; "
+            f"install Debian's {package} (apt-get install {package})"
+        )
     return path
 
 
@@ -85,11 +102,17 @@ _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
 
 
 def _libraries(binaries: list[Path]) -> set[Path]:
-    """Every shared library the dynamic loader resolves for `binaries` (ldd), the loader included."""
+    """Every shared library the dynamic loader resolves
+    for `binaries` (ldd), the loader included."""
     libs: set[Path] = set()
     for chunk in range(0, len(binaries), 200):
-        proc = subprocess.run(["ldd", *map(str, binaries[chunk:chunk + 200])], capture_output=True, text=True,
-                              check=False, timeout=60)
+        proc = subprocess.run(
+            ["ldd", *map(str, binaries[chunk : chunk + 200])],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         for line in proc.stdout.splitlines():
             m = _LDD_LINE.search(line)
             if m:
@@ -115,11 +138,19 @@ def _walk(root: Path, skip: set[str] = frozenset()) -> Iterator[Path]:  # type: 
 
 
 def host_files(uv: Path, extra: tuple[Path, ...] = ()) -> list[Path]:
-    """The host files a base copies, in a stable order (their paths stay the same inside the image)."""
+    """The host files a base copies, in a stable order
+    (their paths stay the same inside the image)."""
     _require(PYTHON, "python3.11")
     _require(BUSYBOX, "busybox-static")
     _require(GIT, "git")
-    files = [PYTHON, BASH, GIT, *_walk(PYTHON_LIB, PYTHON_SKIP), *_walk(GIT_CORE), *_walk(GIT_TEMPLATES)]
+    files = [
+        PYTHON,
+        BASH,
+        GIT,
+        *_walk(PYTHON_LIB, PYTHON_SKIP),
+        *_walk(GIT_CORE),
+        *_walk(GIT_TEMPLATES),
+    ]
     for path in extra:
         files += list(_walk(path)) if path.is_dir() else [path]
     elves = [p for p in files if not p.is_symlink() and _is_elf(p)]
@@ -135,8 +166,15 @@ def _key(spec: BaseSpec, files: list[Path], uv: Path) -> str:
         st = p.lstat()
         h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     for name in sorted(spec.extra):
-        h.update(f"{name}\0{spec.extra[name].mode}\0".encode() + hashlib.sha256(spec.extra[name].data).digest())
-    h.update("\0".join((*spec.tags, "|", *spec.env, "|", *spec.users, "|", *spec.groups, "|", *spec.cmd)).encode())
+        h.update(
+            f"{name}\0{spec.extra[name].mode}\0".encode()
+            + hashlib.sha256(spec.extra[name].data).digest()
+        )
+    h.update(
+        "\0".join(
+            (*spec.tags, "|", *spec.env, "|", *spec.users, "|", *spec.groups, "|", *spec.cmd)
+        ).encode()
+    )
     return h.hexdigest()[:24]
 
 
@@ -149,7 +187,15 @@ class _Layer:
 
     def _info(self, name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
         info = tarfile.TarInfo(name)
-        info.type, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = kind, mode, 0, 0, 0, "root", "root"
+        info.type, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = (
+            kind,
+            mode,
+            0,
+            0,
+            0,
+            "root",
+            "root",
+        )
         return info
 
     def dirs(self, name: str) -> None:
@@ -158,7 +204,9 @@ class _Layer:
             d = "/".join(parts[:i])
             if d and d not in self.seen:
                 self.seen.add(d)
-                self.tar.addfile(self._info(d, tarfile.DIRTYPE, 0o1777 if d in ("tmp", "var/tmp") else 0o755))
+                self.tar.addfile(
+                    self._info(d, tarfile.DIRTYPE, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
+                )
 
     def add(self, name: str, data: bytes, mode: int = 0o644) -> None:
         name = name.lstrip("/")
@@ -200,7 +248,10 @@ def _layer_bytes(spec: BaseSpec, files: list[Path], uv: Path) -> bytes:
     layer.dirs("tmp/x")
     layer.dirs("var/tmp/x")  # skopeo's (and Debian's) spool for large temporary files
     layer.dirs("root/x")
-    layer.add("etc/passwd", "".join(f"{u}\n" for u in ("root:x:0:0:root:/root:/bin/sh", *spec.users)).encode())
+    layer.add(
+        "etc/passwd",
+        "".join(f"{u}\n" for u in ("root:x:0:0:root:/root:/bin/sh", *spec.users)).encode(),
+    )
     layer.add("etc/group", "".join(f"{g}\n" for g in ("root:x:0:", *spec.groups)).encode())
     layer.add("etc/hosts", b"127.0.0.1 localhost\n")
     for name, extra in sorted(spec.extra.items()):
@@ -208,7 +259,9 @@ def _layer_bytes(spec: BaseSpec, files: list[Path], uv: Path) -> bytes:
     for p in files:
         layer.host(p)
     layer.add("usr/bin/busybox", BUSYBOX.read_bytes(), 0o755)
-    applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
+    applets = subprocess.run(
+        [str(BUSYBOX), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
     for applet in sorted(applets):
         if applet not in ("busybox", "bash", "git", "python", "python3"):
             layer.link(f"usr/bin/{applet}", "busybox")
@@ -221,17 +274,38 @@ def _layer_bytes(spec: BaseSpec, files: list[Path], uv: Path) -> bytes:
 
 def _archive(spec: BaseSpec, layer: bytes) -> bytes:
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
-        "config": {"Env": [f"PATH={IMAGE_PATH}", "LANG=C.UTF-8", *spec.env], "Cmd": list(spec.cmd), "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "lockstep sandbox base (host files)"}],
-    }, sort_keys=True, separators=(",", ":")).encode()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "created": "1970-01-01T00:00:00Z",
+            "config": {
+                "Env": [f"PATH={IMAGE_PATH}", "LANG=C.UTF-8", *spec.env],
+                "Cmd": list(spec.cmd),
+                "WorkingDir": "/",
+            },
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            "history": [
+                {
+                    "created": "1970-01-01T00:00:00Z",
+                    "created_by": "lockstep sandbox base (host files)",
+                }
+            ],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
     config_name = hashlib.sha256(config).hexdigest() + ".json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": list(spec.tags), "Layers": ["layer/layer.tar"]}]).encode()
+    manifest = json.dumps(
+        [{"Config": config_name, "RepoTags": list(spec.tags), "Layers": ["layer/layer.tar"]}]
+    ).encode()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in ((config_name, config), ("layer/layer.tar", layer), ("manifest.json", manifest)):
+        for name, data in (
+            (config_name, config),
+            ("layer/layer.tar", layer),
+            ("manifest.json", manifest),
+        ):
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))

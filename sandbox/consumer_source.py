@@ -1,4 +1,5 @@
-"""The sandbox's consumer repo, shaped like OpenThoughts-Agent: it locks harbor by branch and bakes it."""
+"""The sandbox's consumer repo, shaped like
+OpenThoughts-Agent: it locks harbor by branch and bakes it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ ConsumerShape = Literal["direct_reference", "uv_source"]
 CONSUMER_SHAPES: tuple[ConsumerShape, ...] = ("direct_reference", "uv_source")
 
 
-def pyproject(harbor_url: str, harbor_branch: str, shape: ConsumerShape = "direct_reference") -> str:
+def pyproject(
+    harbor_url: str, harbor_branch: str, shape: ConsumerShape = "direct_reference"
+) -> str:
     if shape == "direct_reference":
         return f"""[project]
 name = "openthoughts-agent"
@@ -41,16 +44,18 @@ harbor = {{ git = "{harbor_url}", branch = "{harbor_branch}" }}
 """
 
 
-BASE_IMAGE = "lockstep-sandbox/python:3.11"  # sandbox/engines.py's offline python base (python_base)
+# sandbox/engines.py's offline python base (python_base)
+BASE_IMAGE = "lockstep-sandbox/python:3.11"
 VENV_PYTHON = "python3.11"  # the base's python: the venv's site-packages is lib/python3.11
 
 
 def dockerfile(harbor_url: str, harbor_commit: str, *, git_daemon: str, repos_uri: str) -> str:
-    """The sandbox consumer's docker/Dockerfile.tpu, shaped like open-thoughts/OpenThoughts-Agent's (53265d2f).
+    """The sandbox consumer's docker/Dockerfile.tpu, shaped
+    like open-thoughts/OpenThoughts-Agent's (53265d2f).
 
-    `harbor_url` is harbor's URL as uv.lock has it (a file:// URL under `repos_uri`); inside the build,
-    git fetches it from the sandbox's git daemon `git_daemon` (``git://127.0.0.1:PORT/``), because a
-    container cannot see the host's files and uv speaks git only over https, ssh and file.
+    `harbor_url` is harbor's URL as uv.lock has it (a file:// URL under `repos_uri`); inside the
+    build, git fetches it from the sandbox's git daemon `git_daemon` (``git://127.0.0.1:PORT/``),
+    because a container cannot see the host's files and uv speaks git only over https, ssh and file.
     """
     return f"""# The Iris TPU datagen + eval runtime (lockstep sandbox copy of docker/Dockerfile.tpu).
 # (sandbox) The real image starts FROM python:3.12-slim; nothing can be pulled here, so the base is
@@ -86,11 +91,11 @@ RUN . /opt/openthoughts/.venv/bin/activate && \\
     echo "baked harbor commit: ${{HARBOR_COMMIT}}"
 
 COPY . /app
-"""
+"""  # noqa: E501
 
 
-# Shaped like open-thoughts/OpenThoughts-Agent's docker/build_tpu_kaniko.sh (7951edcd; be1aaff6 only adds `set +x`
-# around the auth line):
+# Shaped like open-thoughts/OpenThoughts-Agent's docker/build_tpu_kaniko.sh (7951edcd; be1aaff6 only
+# adds `set +x` around the auth line):
 # the destination and cache repo are literals (written for the sandbox's registry at `sandbox up`),
 # DOCKER_TOKEN is required, the crane-export-over-ubuntu recipe. Unlike that script, xtrace goes on
 # only after the token was last expanded and is off around the auth line: lockstep's pre-flight
@@ -99,7 +104,8 @@ _TEMPLATE = Path(__file__).resolve().parent / "templates" / "build_tpu_kaniko.sh
 
 
 def build_script(image: str) -> str:
-    """The sandbox consumer's docker/build_tpu_kaniko.sh, pushing to `image` (a repository, no tag)."""
+    """The sandbox consumer's docker/build_tpu_kaniko.sh,
+    pushing to `image` (a repository, no tag)."""
     text = _TEMPLATE.read_text(encoding="utf-8")
     return text.replace("@IMAGE@", image).replace("@HOST@", image.split("/", 1)[0])
 

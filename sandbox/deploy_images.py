@@ -1,17 +1,20 @@
 """The images a live deployment test needs, made offline: no registry is reachable from the sandbox.
 
 ``deploy/Dockerfile`` and ``deploy/docker/docker-compose.yml`` name production's images as build
-arguments and variables (``python:3.11-slim``, ``ghcr.io/astral-sh/uv``, ``postgres:15``); here each is
-replaced by a base made from this machine's own files (``sandbox/base_image.py``):
+arguments and variables (``python:3.11-slim``, ``ghcr.io/astral-sh/uv``, ``postgres:15``); here each
+is replaced by a base made from this machine's own files (``sandbox/base_image.py``):
 
-- ``lockstep-sandbox/deploy-base:3.11``: the Python base plus what the Dockerfile's apt step would bring
-  (the SSH client, CA certificates) and the C++ runtime python:3.11-slim carries and uv's own image layout (``/uv``, ``/uvx``), so it serves as both
-  ``BASE_IMAGE`` (``SYSTEM_PACKAGES=ready``) and ``UV_IMAGE``; and what the sandbox's iris stand-in runs
-  inside a run container (Debian's docker client and skopeo, for its kaniko stand-in).
-- ``lockstep-sandbox/postgres:15``: Debian's PostgreSQL 15 server with an entry point that follows the
+- ``lockstep-sandbox/deploy-base:3.11``: the Python
+  base plus what the Dockerfile's apt step would bring
+  (the SSH client, CA certificates) and the C++ runtime python:3.11-slim carries and uv's own image
+  layout (``/uv``, ``/uvx``), so it serves as both ``BASE_IMAGE`` (``SYSTEM_PACKAGES=ready``) and
+  ``UV_IMAGE``; and what the sandbox's iris stand-in runs inside a run container (Debian's docker
+  client and skopeo, for its kaniko stand-in).
+- ``lockstep-sandbox/postgres:15``: Debian's PostgreSQL
+  15 server with an entry point that follows the
   official image's contract (``POSTGRES_USER``, ``POSTGRES_PASSWORD``, ``POSTGRES_DB``; ``PGPORT``;
-  initialise an empty ``PGDATA`` once; ``pg_isready``, ``pg_dump``, ``pg_restore`` and ``psql`` on PATH), from
-  docker-library/postgres ``docker-entrypoint.sh`` (the 15/bookworm variant).
+  initialise an empty ``PGDATA`` once; ``pg_isready``, ``pg_dump``, ``pg_restore`` and ``psql`` on
+  PATH), from docker-library/postgres ``docker-entrypoint.sh`` (the 15/bookworm variant).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ DEPLOY_BASE = "lockstep-sandbox/deploy-base:3.11"
 POSTGRES_IMAGE = "lockstep-sandbox/postgres:15"
 PG_ROOT = Path("/usr/lib/postgresql/15")
 PG_SHARE = Path("/usr/share/postgresql/15")
-CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # this machine's, proxy CA included: uv needs it to reach the index
+# this machine's, proxy CA included: uv needs it to reach the index
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 PG_UID = 999  # the official image's postgres user
 
 POSTGRES_ENTRYPOINT = f'''#!/usr/bin/python3
@@ -59,7 +63,7 @@ if not os.path.exists(os.path.join(data, "PG_VERSION")):
                                 input=f'CREATE DATABASE "{{db}}" OWNER "{{user}}";\\n', text=True,
                                 stdout=subprocess.DEVNULL, check=True)
 os.execv(f"{{BIN}}/postgres", [f"{{BIN}}/postgres", "-D", data, "-c", "listen_addresses=*"])
-'''
+'''  # noqa: E501
 
 
 def deploy_base() -> BaseSpec:
@@ -68,10 +72,17 @@ def deploy_base() -> BaseSpec:
     return BaseSpec(
         tags=(DEPLOY_BASE,),
         extra={"uv": ExtraFile(uv.read_bytes()), "uvx": ExtraFile(uvx.read_bytes())},
-        # libstdc++ and libgcc_s: python:3.11-slim has them, and wheels with C++ inside (grpcio) need them.
-        host_paths=(Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"), Path("/usr/lib/x86_64-linux-gnu/libgcc_s.so.1"),
-                    Path("/usr/bin/ssh"), Path(CA_BUNDLE), DOCKER,
-                    Path("/usr/bin/skopeo"), Path("/etc/containers/policy.json")),
+        # libstdc++ and libgcc_s: python:3.11-slim has them,
+        # and wheels with C++ inside (grpcio) need them.
+        host_paths=(
+            Path("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+            Path("/usr/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+            Path("/usr/bin/ssh"),
+            Path(CA_BUNDLE),
+            DOCKER,
+            Path("/usr/bin/skopeo"),
+            Path("/etc/containers/policy.json"),
+        ),
     )
 
 
@@ -80,9 +91,14 @@ def postgres_base() -> BaseSpec:
         tags=(POSTGRES_IMAGE,),
         extra={
             "usr/local/bin/docker-entrypoint.py": ExtraFile(POSTGRES_ENTRYPOINT.encode()),
-            # On PATH as in the official image: the healthcheck and the backups docs/operations.md shows.
-            **{f"usr/local/bin/{tool}": ExtraFile(f'#!/bin/sh\nexec {PG_ROOT}/bin/{tool} "$@"\n'.encode())
-               for tool in ("pg_isready", "pg_dump", "pg_restore", "psql")},
+            # On PATH as in the official image: the healthcheck
+            # and the backups docs/operations.md shows.
+            **{
+                f"usr/local/bin/{tool}": ExtraFile(
+                    f'#!/bin/sh\nexec {PG_ROOT}/bin/{tool} "$@"\n'.encode()
+                )
+                for tool in ("pg_isready", "pg_dump", "pg_restore", "psql")
+            },
         },
         host_paths=(PG_ROOT, PG_SHARE, Path("/usr/share/zoneinfo")),
         users=(f"postgres:x:{PG_UID}:{PG_UID}::/var/lib/postgresql:/bin/sh",),
@@ -93,18 +109,37 @@ def postgres_base() -> BaseSpec:
 
 
 def build_lockstep_image(engine: Engine, *, repo: Path, tag: str, timeout_s: float = 1200) -> str:
-    """`docker build -f deploy/Dockerfile` of `repo` on `engine` from the offline bases; returns the image ID.
+    """`docker build -f deploy/Dockerfile` of `repo` on
+    `engine` from the offline bases; returns the image ID.
 
-    ``--network=host``: uv reaches the package index as it would on a build machine (the only network this
-    machine has); ``WITH_IRIS=0``: the sandbox site runs its own iris stand-in.
+    ``--network=host``: uv reaches the package index as it would on a build machine (the only
+    network this machine has); ``WITH_IRIS=0``: the sandbox site runs its own iris stand-in.
     """
     engine.ensure_bases(["deploy"])
-    argv = [str(DOCKER), "build", "-q", "--network=host", "-f", str(repo / "deploy" / "Dockerfile"), "-t", tag,
-            "--build-arg", f"BASE_IMAGE={DEPLOY_BASE}", "--build-arg", f"UV_IMAGE={DEPLOY_BASE}",
-            "--build-arg", "SYSTEM_PACKAGES=ready", "--build-arg", "WITH_IRIS=0",
-            "--build-arg", f"SSL_CERT_FILE={CA_BUNDLE}", str(repo)]
-    proc = subprocess.run(argv, env=engine.env(), capture_output=True, text=True,
-                          timeout=timeout_s, check=False)
+    argv = [
+        str(DOCKER),
+        "build",
+        "-q",
+        "--network=host",
+        "-f",
+        str(repo / "deploy" / "Dockerfile"),
+        "-t",
+        tag,
+        "--build-arg",
+        f"BASE_IMAGE={DEPLOY_BASE}",
+        "--build-arg",
+        f"UV_IMAGE={DEPLOY_BASE}",
+        "--build-arg",
+        "SYSTEM_PACKAGES=ready",
+        "--build-arg",
+        "WITH_IRIS=0",
+        "--build-arg",
+        f"SSL_CERT_FILE={CA_BUNDLE}",
+        str(repo),
+    ]
+    proc = subprocess.run(
+        argv, env=engine.env(), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
     if proc.returncode != 0:
         raise EngineError(f"building {tag} from deploy/Dockerfile failed:\n{proc.stderr[-4000:]}")
     return proc.stdout.strip().splitlines()[-1]

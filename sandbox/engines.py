@@ -1,18 +1,20 @@
-"""Real Docker engines for the sandbox: one ``dockerd`` per node directory, started and stopped by PID.
+"""Real Docker engines for the sandbox: one ``dockerd``
+per node directory, started and stopped by PID.
 
-Each sandbox Spark node (and the sandbox's kaniko stand-in) gets its own engine, Debian's ``docker.io``
-run as root exactly as its contract says::
+Each sandbox Spark node (and the sandbox's kaniko stand-in) gets its own engine, Debian's
+``docker.io`` run as root exactly as its contract says::
 
-    dockerd --data-root STATE/root --exec-root RUN/exec --pidfile STATE/pid -H unix://RUN/docker.sock \
+    dockerd --data-root STATE/root --exec-root RUN/exec
+    --pidfile STATE/pid -H unix://RUN/docker.sock \
             --iptables=false --bridge=none
 
-STATE is ``<node>/engine`` (images, containers, the log); RUN is a short directory under ``/run`` named
-by a hash of STATE, because a unix socket path may not exceed 108 bytes and pytest's directories are
-long. The node's ``bin/docker`` wrapper sets ``DOCKER_HOST`` to that socket and ``DOCKER_BUILDKIT=1`` and
-runs Debian's own client, ``/usr/bin/docker``: the newer static client some machines put first on PATH
-refuses BuildKit without the buildx plugin. The first docker command on a node starts its engine
-(``ensure``); ``lockstep sandbox down`` and the test fixtures stop every engine of a sandbox by the PID
-in its pidfile. The machine's own docker service is never touched.
+STATE is ``<node>/engine`` (images, containers, the log); RUN is a short directory under ``/run``
+named by a hash of STATE, because a unix socket path may not exceed 108 bytes and pytest's
+directories are long. The node's ``bin/docker`` wrapper sets ``DOCKER_HOST`` to that socket and
+``DOCKER_BUILDKIT=1`` and runs Debian's own client, ``/usr/bin/docker``: the newer static client
+some machines put first on PATH refuses BuildKit without the buildx plugin. The first docker command
+on a node starts its engine (``ensure``); ``lockstep sandbox down`` and the test fixtures stop every
+engine of a sandbox by the PID in its pidfile. The machine's own docker service is never touched.
 """
 
 from __future__ import annotations
@@ -60,11 +62,13 @@ def require_docker_io() -> None:
     """One clear error on a machine without Debian's docker.io (the engine and its client)."""
     missing = [str(p) for p in (DOCKERD, DOCKER) if not p.is_file()]
     if missing:
-        raise EngineError(f"{' and '.join(missing)} not found: the sandbox's nodes run real Docker engines; "
-                          "install Debian's docker.io (apt-get install docker.io, or ./dev setup)")
+        raise EngineError(
+            f"{' and '.join(missing)} not found: the sandbox's nodes run real Docker engines; "
+            "install Debian's docker.io (apt-get install docker.io, or ./dev setup)"
+        )
 
 
-def python_base():  # noqa: ANN201 - returns sandbox.base_image.BaseSpec (imported lazily)
+def python_base():
     from sandbox.base_image import BaseSpec
 
     return BaseSpec(tags=("lockstep-sandbox/python:3.11",))
@@ -125,7 +129,8 @@ class Engine:
         return self.pid() is not None and self.ping()
 
     def start(self) -> int:
-        """Start the engine unless it runs; return its PID (0: it answers, but its PID is not visible from
+        """Start the engine unless it runs; return its PID
+        (0: it answers, but its PID is not visible from
         here, as in a container given only the socket). Safe from several processes at once."""
         if self.ping():
             return self.pid() or 0
@@ -139,26 +144,50 @@ class Engine:
                 _stop_pid(pid)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "state").write_text(str(self.state.resolve()), encoding="utf-8")
-            argv = [str(DOCKERD), "--data-root", str(self.state / "root"), "--exec-root", str(self.run_dir / "exec"),
-                    "--pidfile", str(self.pidfile), "-H", self.host, "--iptables=false", "--bridge=none",
-                    "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+            argv = [
+                str(DOCKERD),
+                "--data-root",
+                str(self.state / "root"),
+                "--exec-root",
+                str(self.run_dir / "exec"),
+                "--pidfile",
+                str(self.pidfile),
+                "-H",
+                self.host,
+                "--iptables=false",
+                "--bridge=none",
+                "--shutdown-timeout",
+                str(SHUTDOWN_TIMEOUT_S),
+            ]
             with self.log.open("ab") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                        close_fds=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             deadline = time.monotonic() + START_TIMEOUT_S
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
-                    raise EngineError(f"dockerd for {self.state} exited {proc.returncode} at start: "
-                                      f"{_tail(self.log)} (its log: {self.log})")
+                    raise EngineError(
+                        f"dockerd for {self.state} exited {proc.returncode} at start: "
+                        f"{_tail(self.log)} (its log: {self.log})"
+                    )
                 if self.ping(0.5):
                     return proc.pid
                 time.sleep(0.05)
             _stop_pid(proc.pid)
-            raise EngineError(f"dockerd for {self.state} did not answer on {self.socket} in {START_TIMEOUT_S:.0f} s "
-                              f"(its log: {self.log})")
+            raise EngineError(
+                f"dockerd for {self.state} did not answer on {self.socket} in "
+                f"{START_TIMEOUT_S:.0f} s "
+                f"(its log: {self.log})"
+            )
 
     def stop(self) -> bool:
-        """Stop the engine by its PID (its containers, its containerd and their shims stop with it)."""
+        """Stop the engine by its PID (its containers,
+        its containerd and their shims stop with it)."""
         with _locked(self.state / "lock") if self.state.is_dir() else contextlib.nullcontext():
             pid = self.pid()
             if pid is not None:
@@ -166,7 +195,8 @@ class Engine:
             _kill_leftovers(self.run_dir)
             _unmount_under(self.state)
             _unmount_under(self.run_dir)
-            shutil.rmtree(self.run_dir, ignore_errors=True)  # its socket and exec-root: nothing to keep
+            # its socket and exec-root: nothing to keep
+            shutil.rmtree(self.run_dir, ignore_errors=True)
             return pid is not None
 
     def ensure_bases(self, names: list[str]) -> None:
@@ -176,23 +206,41 @@ class Engine:
             spec = getattr(importlib.import_module(module), func)()
             from sandbox.base_image import BaseImageError, base_archive, image_id
 
-            have = subprocess.run([str(DOCKER), "image", "inspect", "--format", "{{.Id}}", *spec.tags],
-                                  env=self.env(), capture_output=True, text=True, check=False, timeout=60)
+            have = subprocess.run(
+                [str(DOCKER), "image", "inspect", "--format", "{{.Id}}", *spec.tags],
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
             try:
                 archive = base_archive(spec)
             except (BaseImageError, OSError) as exc:
-                # A process that cannot read this machine's files (a run container given the engine's
-                # socket) uses the base the engine already holds, loaded by whoever made the sandbox.
+                # A process that cannot read this machine's files (a run container given the
+                # engine's socket) uses the base the engine already
+                # holds, loaded by whoever made the sandbox.
                 if have.returncode == 0:
                     continue
-                raise EngineError(f"base {name} is not in {self.state} and cannot be made here: {exc}") from exc
+                raise EngineError(
+                    f"base {name} is not in {self.state} and cannot be made here: {exc}"
+                ) from exc
             want = image_id(archive)
             if have.returncode == 0 and set(have.stdout.split()) == {want}:
                 continue
-            load = subprocess.run([str(DOCKER), "load", "-q", "-i", str(archive)], env=self.env(),
-                                  capture_output=True, text=True, check=False, timeout=600)
+            load = subprocess.run(
+                [str(DOCKER), "load", "-q", "-i", str(archive)],
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=600,
+            )
             if load.returncode != 0:
-                raise EngineError(f"docker load of base {name} ({archive}) into {self.state}: {load.stderr.strip()}")
+                raise EngineError(
+                    f"docker load of base {name} ({archive}) into {self.state}: "
+                    f"{load.stderr.strip()}"
+                )
 
 
 @contextlib.contextmanager
@@ -223,7 +271,8 @@ def _stop_pid(pid: int) -> None:
 
 
 def _kill_leftovers(run_dir: Path) -> None:
-    """A containerd or shim that outlived its dockerd (a kill -9, a crash) names the run dir: stop it."""
+    """A containerd or shim that outlived its dockerd
+    (a kill -9, a crash) names the run dir: stop it."""
     needle = str(run_dir)
     for pid, argv in command_lines():
         if pid != os.getpid() and any(needle in word for word in argv):
@@ -231,11 +280,16 @@ def _kill_leftovers(run_dir: Path) -> None:
 
 
 def _unmount_under(state: Path) -> None:
-    """dockerd bind-mounts its data root (and overlay layers under it); an engine that was killed leaves
-    them mounted, and then its directory cannot be removed. Lazily unmount what is left, deepest first."""
+    """dockerd bind-mounts its data root (and overlay
+    layers under it); an engine that was killed leaves
+    them mounted, and then its directory cannot be
+    removed. Lazily unmount what is left, deepest first."""
     prefix = str(state.resolve()) + "/"
     try:
-        points = [line.split()[1].replace("\\040", " ") for line in Path("/proc/mounts").read_text().splitlines()]
+        points = [
+            line.split()[1].replace("\\040", " ")
+            for line in Path("/proc/mounts").read_text().splitlines()
+        ]
     except OSError:
         return
     for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
@@ -256,7 +310,8 @@ def running_states(root: Path) -> list[Path]:
 
 
 def engine_dirs(root: Path) -> list[Path]:
-    """Every engine state directory of a sandbox: the nodes', the TPU build's, and any running under it."""
+    """Every engine state directory of a sandbox: the
+    nodes', the TPU build's, and any running under it."""
     if not root.is_dir():
         return []
     known = [*root.glob(f"nodes/*/{ENGINE_DIR}"), *root.glob(f"iris/{ENGINE_DIR}")]
@@ -264,7 +319,8 @@ def engine_dirs(root: Path) -> list[Path]:
 
 
 def stop_engines(root: Path) -> list[Path]:
-    """Stop every engine of the sandbox at `root` by PID; return the state dirs that were running."""
+    """Stop every engine of the sandbox at `root` by
+    PID; return the state dirs that were running."""
     states = list(dict.fromkeys(engine_dirs(root)))
     # In parallel: each dockerd gives its containers SHUTDOWN_TIMEOUT_S to stop.
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(states))) as pool:
@@ -275,7 +331,9 @@ def stop_engines(root: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.engines")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    ensure = sub.add_parser("ensure", help="start the engine of STATE unless it runs; load the named bases")
+    ensure = sub.add_parser(
+        "ensure", help="start the engine of STATE unless it runs; load the named bases"
+    )
     ensure.add_argument("state", type=Path)
     ensure.add_argument("--base", action="append", default=[], choices=sorted(BASES))
     stop = sub.add_parser("stop", help="stop every engine under a sandbox root")

@@ -1,20 +1,22 @@
-"""The sandbox iris's jobs: their records on disk, and the worker that runs one (sandbox/fake_iris.py is the CLI).
+"""The sandbox iris's jobs: their records on disk, and the worker that runs one
+(sandbox/fake_iris.py is the CLI).
 
-A job lives in ``home/jobs/<user>/<name>/``: ``state.json`` (env recorded by NAME only), ``app/`` (the
-bundle, as iris makes it: ``git ls-files --cached --others --exclude-standard`` of the submit dir),
-``log`` (what the job printed, as the real iris keeps it: NOT masked — the real cluster does not know
-what a secret is, which is why lockstep scans finished logs), ``worker.log`` (what the fake did), and
-``root/`` (the task's own filesystem for the paths the kaniko script uses: /tmp, /kaniko), ``home/``
-and ``rootfs/``. Those three are the task's container: removed as the job ends, finished, failed or
-killed (`drop_task_roots`), so the push login kaniko read does not outlive the job.
+A job lives in ``home/jobs/<user>/<name>/``: ``state.json`` (env recorded by NAME only), ``app/``
+(the bundle, as iris makes it: ``git ls-files --cached --others --exclude-standard`` of the submit
+dir), ``log`` (what the job printed, as the real iris keeps it: NOT masked — the real cluster does
+not know what a secret is, which is why lockstep scans finished logs), ``worker.log`` (what the fake
+did), and ``root/`` (the task's own filesystem for the paths the kaniko script uses: /tmp, /kaniko),
+``home/`` and ``rootfs/``. Those three are the task's container: removed as the job ends, finished,
+failed or killed (`drop_task_roots`), so the push login kaniko read does not outlive the job.
 
 A kaniko build job (the runbook's ``echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash
-/tmp/build.sh``) really runs the decoded script with bash, ``set -x`` and ``${VAR:?}`` guards and all,
-on this machine. What the task image (ubuntu:22.04) would provide is stood in for: ``apt-get``,
-``curl``, ``install`` and ``crane`` are no-op shims, ``tar`` extracts nothing from a fake crane export,
-and ``/kaniko/executor`` is sandbox/fake_kaniko.py. The one change made to the script is that its
-literal ``/tmp`` and ``/kaniko`` paths point into the job's ``root/``: two builds at once must not share them.
-Those paths are quoted for where they stand (sandbox/shell_place.py): the sandbox directory's name is data.
+/tmp/build.sh``) really runs the decoded script with bash, ``set -x`` and ``${VAR:?}`` guards and
+all, on this machine. What the task image (ubuntu:22.04) would provide is stood in for: ``apt-get``,
+``curl``, ``install`` and ``crane`` are no-op shims, ``tar`` extracts nothing from a fake crane
+export, and ``/kaniko/executor`` is sandbox/fake_kaniko.py. The one change made to the script is
+that its literal ``/tmp`` and ``/kaniko`` paths point into the job's ``root/``: two builds at once
+must not share them. Those paths are quoted for where they stand
+(sandbox/shell_place.py): the sandbox directory's name is data.
 """
 
 from __future__ import annotations
@@ -40,9 +42,21 @@ from sandbox.shell_place import ShellPlaceError, replace_paths
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = frozenset({"succeeded", "failed", "killed", "worker_failed", "unschedulable"})
-FAULTS = ("ok", "fail", "hang", "vanish", "unschedulable", "oom", "pending", "leak", "replace", "push_fail")
+FAULTS = (
+    "ok",
+    "fail",
+    "hang",
+    "vanish",
+    "unschedulable",
+    "oom",
+    "pending",
+    "leak",
+    "replace",
+    "push_fail",
+)
 JOB_ENV = "_FAKE_IRIS_JOB_ENV"  # how `job run` hands the -e values to its worker without a file
-PULL_ENV = "_FAKE_IRIS_PULL_ENV"  # and the cluster's registry login, for pulling the task image only
+# and the cluster's registry login, for pulling the task image only
+PULL_ENV = "_FAKE_IRIS_PULL_ENV"
 # The only variables a job inherits from whoever submitted it; everything else comes from -e,
 # as on a real cluster (and the submitter's own tokens stay out of the job).
 INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -51,16 +65,21 @@ _DECODE_AND_EXEC = re.compile(r'echo "\$BUILD_B64" \| base64 -d > (\S+) && exec 
 
 # What the ubuntu:22.04 task image provides, as far as the kaniko script uses it.
 _SHIMS = {
-    "apt-get": "#!/bin/sh\necho \"(sandbox task image) apt-get $*: nothing to install\"\n",
+    "apt-get": '#!/bin/sh\necho "(sandbox task image) apt-get $*: nothing to install"\n',
     "curl": '#!/bin/sh\n# (sandbox) downloads nothing: writes an empty file where -o says\nout=""\n'
-            'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n[ -n "$out" ] && : > "$out"\nexit 0\n',
-    "install": "#!/bin/sh\necho \"(sandbox task image) install $*: skipped\"\n",
-    "crane": '#!/bin/sh\n# (sandbox) `crane export IMAGE -` streams an empty tar: the executor is sandbox/fake_kaniko.py\n'
-             'if [ "$1" = "export" ]; then echo "(sandbox) crane export $2" >&2; head -c 10240 /dev/zero; exit 0; fi\n'
-             'echo "crane (sandbox): only export is simulated" >&2; exit 1\n',
-    "tar": '#!/bin/sh\n# (sandbox) the crane download and the executor overlay are not real tar files\n'
-           'case "$*" in *crane.tgz*) : > crane; chmod +x crane; exit 0;; *"-xf -"*) cat >/dev/null; exit 0;; esac\n'
-           'exec /bin/tar "$@"\n',
+    'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n[ -n "$out" ] && : > '
+    '"$out"\nexit 0\n',
+    "install": '#!/bin/sh\necho "(sandbox task image) install $*: skipped"\n',
+    "crane": "#!/bin/sh\n# (sandbox) `crane export IMAGE -` streams an empty tar: the executor "
+    "is sandbox/fake_kaniko.py\n"
+    'if [ "$1" = "export" ]; then echo "(sandbox) crane export $2" >&2; head -c 10240 /dev/zero; '
+    "exit 0; fi\n"
+    'echo "crane (sandbox): only export is simulated" >&2; exit 1\n',
+    "tar": "#!/bin/sh\n# (sandbox) the crane download and the executor overlay are not real tar "
+    "files\n"
+    'case "$*" in *crane.tgz*) : > crane; chmod +x crane; exit 0;; *"-xf -"*) cat >/dev/null; '
+    "exit 0;; esac\n"
+    'exec /bin/tar "$@"\n',
 }
 
 
@@ -130,20 +149,32 @@ def worker_alive(pid: int) -> bool:
 def observe(jd: Path) -> dict[str, Any] | None:
     """The job's state as the controller reports it: a worker that died mid-job is WORKER_FAILED."""
     state = read_state(jd)
-    if state and state["state"] not in TERMINAL and state["worker_pgid"] and not worker_alive(state["worker_pgid"]):
-        if transition(jd, state="worker_failed", finished_at_ms=now_ms(),
-                      error="the worker process died without reporting (see worker.log)"):  # fmt: skip
+    if (
+        state
+        and state["state"] not in TERMINAL
+        and state["worker_pgid"]
+        and not worker_alive(state["worker_pgid"])
+    ):
+        if transition(
+            jd,
+            state="worker_failed",
+            finished_at_ms=now_ms(),
+            error="the worker process died without reporting (see worker.log)",
+        ):
             drop_task_roots(jd)
         state = read_state(jd)
     return state
 
 
 def all_states(home: Path) -> list[dict[str, Any]]:
-    return [s for path in sorted((home / "jobs").glob("**/state.json")) if (s := observe(path.parent))]
+    return [
+        s for path in sorted((home / "jobs").glob("**/state.json")) if (s := observe(path.parent))
+    ]
 
 
 def terminate(home: Path, job_id: str, *, how: str) -> bool | None:
-    """End the job's process group and mark it killed: True; already finished: False; unknown: None."""
+    """End the job's process group and mark it killed:
+    True; already finished: False; unknown: None."""
     jd = job_dir(home, job_id)
     if read_state(jd) is None:
         return None
@@ -171,10 +202,16 @@ def archive_path(home: Path, jd: Path, submitted_at_ms: int) -> Path:
 
 
 def text_table(rows: list[list[str]], *, right_first: bool = False) -> list[str]:
-    """tabulate's "plain" layout, as iris prints its tables (the first column right-aligned, if asked)."""
+    """tabulate's "plain" layout, as iris prints its
+    tables (the first column right-aligned, if asked)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.rjust(w) if i == 0 and right_first else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]  # fmt: skip
+    return [
+        "  ".join(
+            c.rjust(w) if i == 0 and right_first else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()
+        for r in rows
+    ]
 
 
 def stop_all(home: Path) -> list[str]:
@@ -219,14 +256,24 @@ def pop_fault(home: Path) -> str | None:
 
 
 def _git_files(src: Path) -> list[str] | None:
-    """What iris bundles from a git workspace (working-tree content, .gitignore respected); None if not git."""
+    """What iris bundles from a git workspace (working-tree
+    content, .gitignore respected); None if not git."""
     try:
-        inside = subprocess.run(["git", "-C", str(src), "rev-parse", "--is-inside-work-tree"],
-                                capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        inside = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         if inside.returncode != 0 or inside.stdout.strip() != "true":
             return None
-        listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                                capture_output=True, timeout=120, check=True)  # fmt: skip
+        listed = subprocess.run(
+            ["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return sorted({p for p in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if p})
@@ -236,6 +283,7 @@ def bundle(src: Path, dest: Path, home: Path) -> int:
     """Copy the workspace to `dest` the way iris bundles it to /app; return the file count."""
     files = _git_files(src)
     if files is None:
+
         def skip_home(directory: str, names: list[str]) -> list[str]:
             return [n for n in names if (Path(directory) / n).resolve() == home.resolve()]
 
@@ -261,7 +309,9 @@ def bundle(src: Path, dest: Path, home: Path) -> int:
 # ---- the worker ------------------------------------------------------------------------------
 
 
-def _execute(argv: list[str], *, cwd: Path, env: dict[str, str], log: Path, timeout_s: float | None) -> int | None:
+def _execute(
+    argv: list[str], *, cwd: Path, env: dict[str, str], log: Path, timeout_s: float | None
+) -> int | None:
     """Run `argv` with its output appended to `log` as it comes; the exit code, None on timeout."""
     with open(log, "ab") as out:
         try:
@@ -300,8 +350,10 @@ def _task_root(jd: Path, config: dict[str, Any]) -> Path:
     kaniko = config.get("kaniko")
     if kaniko:
         argv = " ".join(shlex.quote(a) for a in kaniko)
-        executor.write_text(f"#!/bin/sh\n# the sandbox's kaniko executor (sandbox/fake_kaniko.py)\n"
-                            f"PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} exec {argv} \"$@\"\n")  # fmt: skip
+        executor.write_text(
+            f"#!/bin/sh\n# the sandbox's kaniko executor (sandbox/fake_kaniko.py)\n"
+            f'PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} exec {argv} "$@"\n'
+        )
     else:
         executor.write_text("#!/bin/sh\necho 'this sandbox iris has no kaniko stand-in "
                             "(install_fake_iris(root, kaniko=[...]))' >&2\nexit 1\n")  # fmt: skip
@@ -309,7 +361,7 @@ def _task_root(jd: Path, config: dict[str, Any]) -> Path:
     return root
 
 
-_TASK_PATHS = re.compile(r"(?<![\w./-])/(kaniko|tmp)(?=[/\s\"']|$)", flags=re.M)
+_TASK_PATHS = re.compile(r"(?<![\w./-])/(kaniko|tmp)(?=[/\s\"']|$)", flags=re.MULTILINE)
 
 
 def _in_task_root(script: str, root: Path) -> str:
@@ -344,8 +396,12 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
         time.sleep(delay)
         return transition(jd, state=name, **more)
 
-    def finish(name: str, exit_code: int | None = None, error: str | None = None, **more: Any) -> int:
-        transition(jd, state=name, exit_code=exit_code, error=error, finished_at_ms=now_ms(), **more)
+    def finish(
+        name: str, exit_code: int | None = None, error: str | None = None, **more: Any
+    ) -> int:
+        transition(
+            jd, state=name, exit_code=exit_code, error=error, finished_at_ms=now_ms(), **more
+        )
         drop_task_roots(jd)
         print(f"{job_id}: {name} (exit {exit_code}) {error or ''}", flush=True)
         if fault == "replace":  # someone submits a job of the same name soon after this one ends
@@ -360,7 +416,10 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
 
     res = state["resources"]
     if fault in ("unschedulable", "pending"):
-        reason = f"no worker can fit cpu={res['cpu']:g} memory={res['memory']} disk={res['disk']} (fault injected)"
+        reason = (
+            f"no worker can fit cpu={res['cpu']:g} memory={res['memory']} disk={res['disk']} "
+            "(fault injected)"
+        )
         transition(jd, pending_reason=reason, task_diagnostic=f"Pending: {reason}")
         if fault == "pending":
             time.sleep(state["timeout_s"] or 7 * 24 * 3600)
@@ -372,9 +431,12 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
     if fault in ("oom", "fail", "vanish", "hang"):
         if not step("running"):
             return 0
-        if fault == "oom":  # reaped: no last line; on the Kubernetes backend an OOM is an application failure
+        # reaped: no last line; on the Kubernetes backend an OOM is an application failure
+        if fault == "oom":
             time.sleep(delay)
-            return finish("failed", 137, "OOMKilled: the container exceeded its memory limit (fault injected)")
+            return finish(
+                "failed", 137, "OOMKilled: the container exceeded its memory limit (fault injected)"
+            )
         if fault == "fail":
             return finish("failed", 1, "Exit code 1 (fault injected)")
         if fault == "vanish":  # the controller forgets the job: describe and list no longer know it
@@ -384,7 +446,8 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
             with flock(jd / "lock"):
                 shutil.move(jd, gone)
             return 0
-        time.sleep(state["timeout_s"] or 7 * 24 * 3600)  # hang: until cancelled or the job's timeout
+        # hang: until cancelled or the job's timeout
+        time.sleep(state["timeout_s"] or 7 * 24 * 3600)
         return timed_out()
 
     base = {**{k: os.environ[k] for k in INHERITED if k in os.environ}, **config["env"]}
@@ -398,12 +461,17 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
     if fault == "leak":  # a script that traces its token: the value lands in the job log
         with open(log, "a") as out:
             out.writelines(f"+ : {value}\n" for key, value in env.items() if "TOKEN" in key)
-    decoded = len(command) == 3 and command[:2] == ["bash", "-lc"] and _DECODE_AND_EXEC.fullmatch(command[2])
+    decoded = (
+        len(command) == 3
+        and command[:2] == ["bash", "-lc"]
+        and _DECODE_AND_EXEC.fullmatch(command[2])
+    )
     if decoded and "BUILD_B64" in env:
         root = _task_root(jd, config)
         if fault == "push_fail":  # the script runs, writes its login, and kaniko's push is refused
             (root / "kaniko" / "executor").write_text(
-                "#!/bin/sh\necho 'error pushing image: UNAUTHORIZED (fault injected)' >&2\nexit 1\n")
+                "#!/bin/sh\necho 'error pushing image: UNAUTHORIZED (fault injected)' >&2\nexit 1\n"
+            )
         try:
             script = base64.b64decode(env["BUILD_B64"], validate=True).decode("utf-8", "replace")
         except (binascii.Error, ValueError):
@@ -428,24 +496,36 @@ def run_worker(home: Path, job_id: str, config: dict[str, Any]) -> int:
             rootfs = jd / "rootfs"
             rootfs.mkdir(exist_ok=True)
             print(f"task image hook: {shlex.join(hook)}", flush=True)
-            hook_env = {**base, **pull, "PYTHONPATH": str(PROJECT_ROOT), "TASK_IMAGE": state["task_image"] or "",
-                        "IMAGE_ROOT": str(rootfs)}  # fmt: skip
+            hook_env = {
+                **base,
+                **pull,
+                "PYTHONPATH": str(PROJECT_ROOT),
+                "TASK_IMAGE": state["task_image"] or "",
+                "IMAGE_ROOT": str(rootfs),
+            }
             hook_code = _execute(hook, cwd=jd, env=hook_env, log=jd / "worker.log", timeout_s=600)
             if hook_code != 0:
-                return finish("failed", None, f"could not prepare task image {state['task_image']}: "
-                                              f"task_image_hook exited {hook_code} (see worker.log)")  # fmt: skip
+                return finish(
+                    "failed",
+                    None,
+                    f"could not prepare task image {state['task_image']}: "
+                    f"task_image_hook exited {hook_code} (see worker.log)",
+                )
             extra["IMAGE_ROOT"] = str(rootfs)
         cwd = jd
     if not step("running"):
         return 0
-    code = _execute(command, cwd=cwd, env={**base, **env, **extra}, log=log, timeout_s=state["timeout_s"])
+    code = _execute(
+        command, cwd=cwd, env={**base, **env, **extra}, log=log, timeout_s=state["timeout_s"]
+    )
     if code is None:
         return timed_out()
     return finish("succeeded", 0) if code == 0 else finish("failed", code, f"Exit code {code}")
 
 
 def _replace(home: Path, jd: Path) -> None:
-    """Another submission of the same name: the finished job's record is archived, a new one starts."""
+    """Another submission of the same name: the finished
+    job's record is archived, a new one starts."""
     with flock(jd / "lock"):
         old = read_state(jd)
         if old is None:

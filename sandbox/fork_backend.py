@@ -1,21 +1,23 @@
-"""The in-tree PEP 517 build backend the sandbox's forks (vLLM, b12x, LMCache) carry as ``_build/backend.py``.
+"""The in-tree PEP 517 build backend the sandbox's forks
+(vLLM, b12x, LMCache) carry as ``_build/backend.py``.
 
 The real forks build with setuptools, CMake and torch, none of which a build here can download (no
 index is reachable). So each sandbox fork carries this stdlib-only backend (``requires = []``,
-``backend-path = ["_build"]``), and ``uv build --wheel`` runs it inside the real BuildKit build like any
-PEP 517 backend: hooks as PEP 517 names them, a wheel as the binary distribution format (PEP 427,
-``RECORD`` with sha256 digests) with ``entry_points.txt`` so installers write console scripts.
+``backend-path = ["_build"]``), and ``uv build --wheel`` runs it inside the real BuildKit build like
+any PEP 517 backend: hooks as PEP 517 names them, a wheel as the binary distribution format (PEP
+427, ``RECORD`` with sha256 digests) with ``entry_points.txt`` so installers write console scripts.
 
 What it takes from the fork's ``pyproject.toml``: ``[project] name`` and ``[tool.sandbox-build]``:
-``packages`` (directories copied into the wheel), ``scripts`` (console scripts), ``extensions`` (each
-``{name, sources, archs}``: the sources compiled with ``nvcc`` into ``name``). The version is
+``packages`` (directories copied into the wheel), ``scripts`` (console scripts), ``extensions``
+(each ``{name, sources, archs}``: the sources compiled with ``nvcc`` into ``name``). The version is
 ``SETUPTOOLS_SCM_PRETEND_VERSION``, as setuptools-scm reads it, written to ``<pkg>/_version.py``.
 
 ``archs = "cmake"`` is vLLM's arch selection (vllm-project/vllm ``cmake/utils.cmake``
 ``cuda_archs_loose_intersection`` at dae1891696cd2a04780509cf17ac7ab64e840981, simplified):
-each TORCH_CUDA_ARCH_LIST entry is kept when ``CUDA_SUPPORTED_ARCHS`` in CMakeLists.txt lists it, else
-mapped onto the supported arch of its family (12.1a -> 12.0: the GB10 trap ``preserve_sm12x_target``
-fixes), else dropped. ``archs = "torch"`` compiles exactly TORCH_CUDA_ARCH_LIST (torch.utils.cpp_extension).
+each TORCH_CUDA_ARCH_LIST entry is kept when ``CUDA_SUPPORTED_ARCHS`` in CMakeLists.txt lists it,
+else mapped onto the supported arch of its family (12.1a -> 12.0: the GB10 trap
+``preserve_sm12x_target`` fixes), else dropped. ``archs = "torch"`` compiles
+exactly TORCH_CUDA_ARCH_LIST (torch.utils.cpp_extension).
 """
 
 from __future__ import annotations
@@ -129,15 +131,23 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             zf.writestr(zipfile.ZipInfo(n, (1980, 1, 1, 0, 0, 0)), d)
     print(f"build: {wheel}", flush=True)
     return wheel
-'''
+'''  # noqa: E501
 
 
-def pyproject(name: str, *, packages: list[str], extensions: list[dict[str, str]] | None = None,
-              scripts: dict[str, str] | None = None) -> str:
+def pyproject(
+    name: str,
+    *,
+    packages: list[str],
+    extensions: list[dict[str, str]] | None = None,
+    scripts: dict[str, str] | None = None,
+) -> str:
     """A fork's pyproject.toml for the in-tree backend."""
     lines = [
         "[build-system]",
-        "# Sandbox fork: an in-tree stdlib backend (_build/backend.py) so the build needs no index. The real",
+        (
+            "# Sandbox fork: an in-tree stdlib backend (_build/backend.py) so the build needs "
+            "no index. The real"
+        ),
         "# fork builds with setuptools + CMake + torch.",
         "requires = []",
         'build-backend = "backend"',
@@ -154,5 +164,9 @@ def pyproject(name: str, *, packages: list[str], extensions: list[dict[str, str]
     if scripts:
         lines.append("scripts = { " + ", ".join(f'{k} = "{v}"' for k, v in scripts.items()) + " }")
     for ext in extensions or []:
-        lines += ["", "[[tool.sandbox-build.extensions]]", *(f'{k} = "{v}"' for k, v in ext.items())]
+        lines += [
+            "",
+            "[[tool.sandbox-build.extensions]]",
+            *(f'{k} = "{v}"' for k, v in ext.items()),
+        ]
     return "\n".join(lines) + "\n"

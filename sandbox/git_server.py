@@ -3,8 +3,9 @@
 A build inside a Docker engine cannot see the host's ``file://`` repos; it reaches this server over
 the host network (``docker build --network=host``), as a real build reaches GitHub. Read-only (the
 daemon's default: no ``receive-pack``). The port is chosen once per sandbox and kept in
-``<sandbox>/gitd/port``, so the ``git://127.0.0.1:PORT/...`` URLs written into build files stay valid
-across restarts. Started on first use (``ensure``), stopped by the PID in ``<sandbox>/gitd/pid``.
+``<sandbox>/gitd/port``, so the ``git://127.0.0.1:PORT/...`` URLs written into build files stay
+valid across restarts. Started on first use (``ensure``),
+stopped by the PID in ``<sandbox>/gitd/pid``.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class GitServer:
         return f"git://127.0.0.1:{self.port()}/{rel.as_posix()}"
 
     def url_base(self) -> str:
-        """``git://127.0.0.1:PORT/``: the daemon's root, under which each bare repo is its relative path."""
+        """``git://127.0.0.1:PORT/``: the daemon's root,
+        under which each bare repo is its relative path."""
         return f"git://127.0.0.1:{self.port()}/"
 
     def pid(self) -> int | None:
@@ -90,22 +92,37 @@ class GitServer:
             port = self._port()
             if self.pid() is not None and self._answers(port):
                 return port
-            argv = ["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={port}",
-                    f"--base-path={self.base_path}", f"--pid-file={self.state / 'pid'}", "--informative-errors",
-                    str(self.base_path)]
+            argv = [
+                "git",
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                f"--port={port}",
+                f"--base-path={self.base_path}",
+                f"--pid-file={self.state / 'pid'}",
+                "--informative-errors",
+                str(self.base_path),
+            ]
             with (self.state / "log").open("ab") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                )
             deadline = time.monotonic() + START_TIMEOUT_S
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
-                    raise GitServerError(f"git daemon on 127.0.0.1:{port} exited {proc.returncode} "
-                                         f"(port taken? its log: {self.state / 'log'})")
+                    raise GitServerError(
+                        f"git daemon on 127.0.0.1:{port} exited {proc.returncode} "
+                        f"(port taken? its log: {self.state / 'log'})"
+                    )
                 if self._answers(port):
                     (self.state / "pid").write_text(f"{proc.pid}\n", encoding="utf-8")
                     return port
                 time.sleep(0.05)
             proc.kill()
-            raise GitServerError(f"git daemon did not listen on 127.0.0.1:{port} in {START_TIMEOUT_S:.0f} s")
+            raise GitServerError(
+                f"git daemon did not listen on 127.0.0.1:{port} in {START_TIMEOUT_S:.0f} s"
+            )
 
     def stop(self) -> bool:
         pid = self.pid()
@@ -130,7 +147,9 @@ def running_servers(root: Path) -> list[GitServer]:
     prefix = str(root.resolve()) + "/"
     found = []
     for _pid, argv in command_lines():
-        pidfile = next((a.removeprefix("--pid-file=") for a in argv if a.startswith("--pid-file=")), "")
+        pidfile = next(
+            (a.removeprefix("--pid-file=") for a in argv if a.startswith("--pid-file=")), ""
+        )
         if "daemon" in argv and pidfile.startswith(prefix):
             found.append(GitServer(Path(pidfile).parent.parent))
     return found

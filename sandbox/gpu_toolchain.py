@@ -7,12 +7,13 @@ Dockerfile builds FROM (``nvidia/cuda:13.2.0-devel-ubuntu24.04``), and the stand
 image has the real tools (``/usr/local/cuda/bin``, on its PATH).
 
 - ``nvcc [-gencode arch=compute_X,code=sm_X]... [-shared] -o OUT INPUT...`` "compiles" each ``.cu``
-  input for each ``code=`` target and links objects: OUT is an ELF-headed file that lists its cubins.
-  It compiles what it is asked for, like the real one: the arch decision is the build's own (vLLM's
-  cmake intersects TORCH_CUDA_ARCH_LIST with its supported archs, so 12.1a becomes sm_120 unless the
-  GB10 patch ``preserve_sm12x_target`` lists 12.1a; see the vLLM fork's ``_build/backend.py``).
-  ``nvcc --version`` prints the release line as CUDA 13.2 does.
-- ``cuobjdump --list-elf FILE...`` prints one ``ELF file    N: <stem>.N.sm_XX.cubin`` line per cubin,
+  input for each ``code=`` target and links objects: OUT is an ELF-headed file that lists its
+  cubins. It compiles what it is asked for, like the real one: the arch decision is the build's own
+  (vLLM's cmake intersects TORCH_CUDA_ARCH_LIST with its supported archs, so 12.1a becomes sm_120
+  unless the GB10 patch ``preserve_sm12x_target`` lists 12.1a; see the vLLM fork's
+  ``_build/backend.py``). ``nvcc --version`` prints the release line as CUDA 13.2 does.
+- ``cuobjdump --list-elf FILE...`` prints one ``ELF
+  file    N: <stem>.N.sm_XX.cubin`` line per cubin,
   the format of NVIDIA's cuobjdump (CUDA Binary Utilities, "cuobjdump --list-elf"); a file without
   device code gets cuobjdump's "does not contain device code" line and exit 255.
 """
@@ -75,7 +76,7 @@ def main(argv):
 
 
 sys.exit(main(sys.argv[1:]))
-'''
+'''  # noqa: E501
 
 CUOBJDUMP = r'''#!/usr/bin/python3
 """cuobjdump stand-in (lockstep sandbox, sandbox/gpu_toolchain.py): lists the cubins nvcc recorded."""
@@ -107,14 +108,17 @@ def main(argv):
 
 
 sys.exit(main(sys.argv[1:]))
-'''
+'''  # noqa: E501
 
 
 def jovian_base() -> BaseSpec:
-    """The Jovian build node's base: the sandbox Python base with the CUDA stand-ins, under the real tag."""
+    """The Jovian build node's base: the sandbox Python
+    base with the CUDA stand-ins, under the real tag."""
     return BaseSpec(
         tags=(CUDA_BASE_TAG,),
-        extra={"usr/local/cuda/bin/nvcc": ExtraFile(NVCC.encode()),
-               "usr/local/cuda/bin/cuobjdump": ExtraFile(CUOBJDUMP.encode())},
+        extra={
+            "usr/local/cuda/bin/nvcc": ExtraFile(NVCC.encode()),
+            "usr/local/cuda/bin/cuobjdump": ExtraFile(CUOBJDUMP.encode()),
+        },
         env=("CUDA_VERSION=13.2.0", "UV_OFFLINE=1", "UV_NO_PROGRESS=1"),
     )

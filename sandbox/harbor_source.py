@@ -14,12 +14,14 @@ from pathlib import Path
 GUARD = "        if existing_config != self.config:\n"
 BUG = (
     "            raise FileExistsError(\n"
-    '                f"job dir {self.job_dir} already holds a different config; refusing to resume"\n'
+    '                f"job dir {self.job_dir} already holds a different config; refusing to '
+    'resume"\n'
     "            )\n"
 )
 FIX = (
     "            logger.warning(\n"
-    '                "job dir %s holds a different config; resuming with the new one", self.job_dir\n'
+    '                "job dir %s holds a different config; resuming with the new one", '
+    "self.job_dir\n"
     "            )\n"
 )
 GUARD_LINE = 275  # about where the guard sits on :tpu-abd6dc86
@@ -54,11 +56,16 @@ backend-path = ["."]
 
 # harbor's in-tree build backend (written as backend.py): uv builds harbor from git with no package
 # index, inside the image build as on the host.
-BACKEND_PY = (Path(__file__).resolve().parent / "templates" / "harbor_backend.py").read_text(encoding="utf-8")
+BACKEND_PY = (Path(__file__).resolve().parent / "templates" / "harbor_backend.py").read_text(
+    encoding="utf-8"
+)
 
 
 def init_py(version: str, revision: int) -> str:
-    return f'"""harbor: agent evaluation harness."""\n\n__version__ = "{version}"\nREVISION = {revision}\n'
+    return (
+        f'"""harbor: agent evaluation harness."""\n\n__version__ = "{version}"\nREVISION = '
+        f"{revision}\n"
+    )
 
 
 def job_py(fixed: bool) -> str:
@@ -79,14 +86,13 @@ def job_py(fixed: bool) -> str:
         "    def _check_resume(self) -> None:\n"
         "        existing_config = self._load_existing_config()\n"
         "        if existing_config is None:\n"
-        "            return\n"
-        + GUARD
-        + (FIX if fixed else BUG)
+        "            return\n" + GUARD + (FIX if fixed else BUG)
     )
     trial = (
         "    def _reconcile_trial(self, trial_dir: Path) -> None:\n"
         '        if trial_dir.exists() and not (trial_dir / "result.json").exists():\n'
-        '            raise FileExistsError(f"trial dir {trial_dir} exists without a result; remove it to rerun")\n'
+        '            raise FileExistsError(f"trial dir {trial_dir} exists without a result; '
+        'remove it to rerun")\n'
     )
     lines_before_guard = head.count("\n") + 4
     text = head + _filler(1, (GUARD_LINE - lines_before_guard - 1) // 3) + resume

@@ -3,8 +3,8 @@ lab's source locks and the docker-images build repo.
 
 Pure text in, text out: `sandbox.jovian_world` decides what goes where and when. The cmake files use
 the patterns real vLLM trees use (vLLM's own `cmake/external_projects/*.cmake`, also in its sdist on
-PyPI): literal GIT_REPOSITORY/GIT_TAG pairs, `set(_X_UPSTREAM_REPO/_TAG)` indirection, a tag variable
-from the top-level CMakeLists.txt, a ROCm platform branch, GIT_SUBMODULES lists, a
+PyPI): literal GIT_REPOSITORY/GIT_TAG pairs, `set(_X_UPSTREAM_REPO/_TAG)` indirection, a tag
+variable from the top-level CMakeLists.txt, a ROCm platform branch, GIT_SUBMODULES lists, a
 FetchContent_Populate and `$ENV{X_SRC_DIR}` overrides.
 """
 
@@ -26,17 +26,21 @@ FLASHINFER_COMMIT = "803c4664f4771ddc418f20a57f752469a237a825"
 
 
 def fake_sha256(*parts: str) -> str:
-    """A stable, plausible sha256 for artifacts the sandbox does not really build (wheels, images)."""
+    """A stable, plausible sha256 for artifacts the
+    sandbox does not really build (wheels, images)."""
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-# -- dependency repos -------------------------------------------------------------------------------
+# -- dependency repos ------------------------------------------------------------------------------
 
 
 def cutlass_files(version: str, note: str) -> dict[str, str]:
     major, minor, patch = version.split(".")
     return {
-        "README.md": f"# CUTLASS {version}\n\nCUDA Templates for Linear Algebra Subroutines (sandbox copy).\n\n{note}\n",
+        "README.md": (
+            f"# CUTLASS {version}\n\nCUDA Templates for Linear Algebra Subroutines (sandbox "
+            f"copy).\n\n{note}\n"
+        ),
         "CMakeLists.txt": (
             "cmake_minimum_required(VERSION 3.19)\n"
             f"project(CUTLASS VERSION {version} LANGUAGES CXX)\n"
@@ -45,15 +49,20 @@ def cutlass_files(version: str, note: str) -> dict[str, str]:
         ),
         "include/cutlass/version.h": (
             "#pragma once\n"
-            f"#define CUTLASS_MAJOR {major}\n#define CUTLASS_MINOR {minor}\n#define CUTLASS_PATCH {patch}\n"
+            f"#define CUTLASS_MAJOR {major}\n#define CUTLASS_MINOR {minor}\n#define "
+            f"CUTLASS_PATCH {patch}\n"
         ),
-        "include/cutlass/gemm/sm120_blockscaled.hpp": f"#pragma once\n// {note}\nnamespace cutlass::gemm {{}}\n",
+        "include/cutlass/gemm/sm120_blockscaled.hpp": (
+            f"#pragma once\n// {note}\nnamespace cutlass::gemm {{}}\n"
+        ),
     }
 
 
 def gitmodules(entries: Mapping[str, str]) -> str:
     """`.gitmodules` exactly as `git submodule add URL PATH` writes it."""
-    return "".join(f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url}\n' for path, url in entries.items())
+    return "".join(
+        f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url}\n' for path, url in entries.items()
+    )
 
 
 def flashmla_files(revision: int) -> dict[str, str]:
@@ -65,7 +74,8 @@ def flashmla_files(revision: int) -> dict[str, str]:
         "flash_mla/__init__.py": f'"""FlashMLA (sandbox copy)."""\n\nREVISION = {revision}\n',
         "csrc/flash_api.cpp": (
             '#include "cutlass/cutlass.h"  // from the vendored csrc/cutlass gitlink\n'
-            f"// FlashMLA kernels, revision {revision}\nint flash_mla_revision() {{ return {revision}; }}\n"
+            f"// FlashMLA kernels, revision {revision}\nint flash_mla_revision() {{ return "
+            f"{revision}; }}\n"
         ),
     }
 
@@ -76,7 +86,10 @@ def flashkda_files(revision: int) -> dict[str, str]:
             "from setuptools import setup\n\n"
             f'setup(name="flash_kda", version="0.1.0+sandbox{revision}", packages=["flash_kda"])\n'
         ),
-        "flash_kda/__init__.py": f'"""FlashKDA: kimi delta attention kernels (sandbox copy)."""\n\nREVISION = {revision}\n',
+        "flash_kda/__init__.py": (
+            '"""FlashKDA: kimi delta attention kernels (sandbox copy)."""\n\nREVISION = '
+            f"{revision}\n"
+        ),
         "csrc/kda_fwd.cu": f"// KDA forward, revision {revision}\n__global__ void kda_fwd() {{}}\n",
     }
 
@@ -93,7 +106,7 @@ def triton_files(flavor: str, version: str) -> dict[str, str]:
     }
 
 
-# -- engine forks -----------------------------------------------------------------------------------
+# -- engine forks ----------------------------------------------------------------------------------
 
 
 class CmakePins(BaseModel):
@@ -111,7 +124,8 @@ class CmakePins(BaseModel):
 
 
 CUDA_SUPPORTED_ARCHS = "8.0;8.6;8.9;9.0;10.0;12.0"
-BACKEND_PATH = "_build/backend.py"  # every sandbox fork's in-tree PEP 517 backend (sandbox/fork_backend.py)
+# every sandbox fork's in-tree PEP 517 backend (sandbox/fork_backend.py)
+BACKEND_PATH = "_build/backend.py"
 MODEL_SERVER_PY = (Path(__file__).parent / "model_server.py").read_text(encoding="utf-8")
 
 
@@ -150,7 +164,7 @@ set(VLLM_EXT_SRC
   "csrc/flashkda_ops.cu"
   "csrc/torch_bindings.cpp")
 define_gpu_extension_target(_C DESTINATION vllm LANGUAGE ${{VLLM_GPU_LANG}} SOURCES ${{VLLM_EXT_SRC}})
-"""
+"""  # noqa: E501
 
 
 VLLM_UTILS_CMAKE = """# Helpers shared by the extension targets (sandbox copy: a thin wrapper).
@@ -252,7 +266,7 @@ else()
   )
 endif()
 FetchContent_MakeAvailable(flashkda)
-"""
+"""  # noqa: E501
 
 
 FLASHKDA_PATCH = """--- a/flash_kda/__init__.py
@@ -292,7 +306,7 @@ else()
   )
 endif()
 install(DIRECTORY ${{triton_SOURCE_DIR}}/python/triton_kernels/triton_kernels DESTINATION vllm/third_party)
-"""
+"""  # noqa: E501
 
 
 def vllm_cmake_files(pins: CmakePins) -> dict[str, str]:
@@ -300,8 +314,12 @@ def vllm_cmake_files(pins: CmakePins) -> dict[str, str]:
         "CMakeLists.txt": vllm_cmakelists(pins.cutlass_revision),
         "cmake/utils.cmake": VLLM_UTILS_CMAKE,
         "cmake/external_projects/cutlass.cmake": cutlass_cmake(pins.cutlass_url),
-        "cmake/external_projects/flashmla.cmake": flashmla_cmake(pins.flashmla_url, pins.flashmla_tag),
-        "cmake/external_projects/flashkda.cmake": flashkda_cmake(pins.flashkda_url, pins.flashkda_tag),
+        "cmake/external_projects/flashmla.cmake": flashmla_cmake(
+            pins.flashmla_url, pins.flashmla_tag
+        ),
+        "cmake/external_projects/flashkda.cmake": flashkda_cmake(
+            pins.flashkda_url, pins.flashkda_tag
+        ),
         "cmake/external_projects/patches/flashkda-glm53.patch": FLASHKDA_PATCH,
         "cmake/external_projects/triton_kernels.cmake": triton_kernels_cmake(
             pins.triton_url, pins.triton_rocm_url, pins.triton_tag
@@ -312,10 +330,15 @@ def vllm_cmake_files(pins: CmakePins) -> dict[str, str]:
 def vllm_files(pins: CmakePins) -> dict[str, str]:
     """The vLLM fork's main-branch tree (the integration branch adds the GLM-5.3 work)."""
     return {
-        "README.md": "# vLLM (sandbox copy of the voipmonitor fork)\n\nEasy, fast, and cheap LLM serving.\n",
+        "README.md": (
+            "# vLLM (sandbox copy of the voipmonitor fork)\n\nEasy, fast, and cheap LLM serving.\n"
+        ),
         "pyproject.toml": pyproject(
-            "vllm", packages=["vllm"], scripts={"vllm": "vllm.entrypoints.cli.main:main"},
-            extensions=[{"name": "vllm/_C.abi3.so", "sources": "csrc/*.cu", "archs": "cmake"}]),
+            "vllm",
+            packages=["vllm"],
+            scripts={"vllm": "vllm.entrypoints.cli.main:main"},
+            extensions=[{"name": "vllm/_C.abi3.so", "sources": "csrc/*.cu", "archs": "cmake"}],
+        ),
         BACKEND_PATH: BACKEND,
         # Where the real fork has vLLM's CLI: the sandbox's served model (sandbox/model_server.py).
         "vllm/entrypoints/__init__.py": "",
@@ -333,8 +356,10 @@ def vllm_files(pins: CmakePins) -> dict[str, str]:
         "vllm/model_executor/layers/__init__.py": "",
         "vllm/model_executor/models/__init__.py": MODELS_INIT,
         "vllm/model_executor/layers/fused_moe/__init__.py": fused_moe_init(["TRITON", "CUTLASS"]),
-        "csrc/cache_kernels.cu": "// paged KV cache kernels\n__global__ void reshape_and_cache() {}\n",
-        "csrc/torch_bindings.cpp": '#include <torch/library.h>\nTORCH_LIBRARY(_C, ops) {}\n',
+        "csrc/cache_kernels.cu": (
+            "// paged KV cache kernels\n__global__ void reshape_and_cache() {}\n"
+        ),
+        "csrc/torch_bindings.cpp": "#include <torch/library.h>\nTORCH_LIBRARY(_C, ops) {}\n",
         **vllm_cmake_files(pins),
     }
 
@@ -343,14 +368,21 @@ def vllm_glm53_files() -> dict[str, str]:
     """The first GLM-5.3 commit of the integration line: FlashKDA and the nvfp4_ds_mla KV dtype."""
     return {
         "vllm/config/cache.py": cache_py(["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4_ds_mla"]),
-        "csrc/flashkda_ops.cu": "// vllm._flashkda_C: FlashKDA bindings\n__global__ void flashkda_fwd() {}\n",
+        "csrc/flashkda_ops.cu": (
+            "// vllm._flashkda_C: FlashKDA bindings\n__global__ void flashkda_fwd() {}\n"
+        ),
         FLASHKDA_EXTENSION: FLASHKDA_C_PY,
-        "vllm/model_executor/layers/fused_moe/__init__.py": fused_moe_init(["TRITON", "CUTLASS", "B12X"]),
-        "vllm/model_executor/models/glm53.py": glm53_model(["GLM-5.3-Flash model (MLA + KDA hybrid)"]),
+        "vllm/model_executor/layers/fused_moe/__init__.py": fused_moe_init(
+            ["TRITON", "CUTLASS", "B12X"]
+        ),
+        "vllm/model_executor/models/glm53.py": glm53_model(
+            ["GLM-5.3-Flash model (MLA + KDA hybrid)"]
+        ),
     }
 
 
-# The compiled `vllm._flashkda_C` extension, as the importable module the sandbox can carry (no CUDA here).
+# The compiled `vllm._flashkda_C` extension, as the
+# importable module the sandbox can carry (no CUDA here).
 FLASHKDA_EXTENSION = "vllm/_flashkda_C.py"
 FLASHKDA_C_PY = '''"""vllm._flashkda_C: the FlashKDA ops (kimi delta attention), built from csrc/flashkda_ops.cu.
 
@@ -362,11 +394,12 @@ OPS = ("flashkda_fwd", "flashkda_fwd_chunked")
 
 def flashkda_fwd(*args, **kwargs):
     raise RuntimeError("vllm._flashkda_C.flashkda_fwd needs a GPU (sandbox stand-in)")
-'''
+'''  # noqa: E501
 
 
 def cache_py(dtypes: list[str]) -> str:
-    """vllm/config/cache.py: the KV cache dtypes, and where free memory is read (patched on GB10: UMA)."""
+    """vllm/config/cache.py: the KV cache dtypes, and
+    where free memory is read (patched on GB10: UMA)."""
     return (
         "from typing import Literal\n\n"
         f"CacheDType = Literal[{', '.join(repr(d).replace(chr(39), chr(34)) for d in dtypes)}]\n\n"
@@ -388,13 +421,15 @@ MODELS_INIT = (
 
 
 def fused_moe_init(backends: list[str]) -> str:
-    """vllm/model_executor/layers/fused_moe/__init__.py: the MoE backend enum (B12X arrives with GLM-5.3)."""
+    """vllm/model_executor/layers/fused_moe/__init__.py:
+    the MoE backend enum (B12X arrives with GLM-5.3)."""
     members = "".join(f'    {b} = "{b.lower()}"\n' for b in backends)
     return (
         '"""Fused mixture-of-experts layers and the kernel backends that run them."""\n\n'
         "import enum\n\n\n"
         "class MoEBackend(enum.Enum):\n"
-        '    """Selected with VLLM_MOE_BACKEND (the lab launcher sets VLLM_MOE_BACKEND=b12x)."""\n\n'
+        '    """Selected with VLLM_MOE_BACKEND (the lab launcher sets '
+        'VLLM_MOE_BACKEND=b12x)."""\n\n'
         f"{members}\n\n"
         "# Activations the FlashInfer MoE kernels are used for.\n"
         'FLASHINFER_ACTIVATIONS = ("silu", "gelu")\n'
@@ -406,7 +441,10 @@ def fused_moe_init(backends: list[str]) -> str:
 
 def glm53_model(notes: list[str]) -> str:
     body = "".join(f"#  - {n}\n" for n in notes)
-    return f'"""GLM-5.3-Flash."""\n\n# Changes on the GLM-5.3 integration line:\n{body}\nNOTES = {len(notes)}\n'
+    return (
+        f'"""GLM-5.3-Flash."""\n\n# Changes on the GLM-5.3 integration line:\n{body}\nNOTES = '
+        f"{len(notes)}\n"
+    )
 
 
 def rev_marker(package: str, rev: str) -> str:
@@ -415,10 +453,16 @@ def rev_marker(package: str, rev: str) -> str:
 
 def b12x_files() -> dict[str, str]:
     return {
-        "README.md": "# b12x\n\nBlackwell (sm_12x) MoE and attention kernels (sandbox copy of the voipmonitor fork).\n",
+        "README.md": (
+            "# b12x\n\nBlackwell (sm_12x) MoE and attention kernels (sandbox copy of the "
+            "voipmonitor fork).\n"
+        ),
         "pyproject.toml": pyproject("b12x", packages=["b12x"]),
         BACKEND_PATH: BACKEND,
-        "b12x/__init__.py": '"""b12x kernels."""\n\nfrom b12x.backend import MoEBackend\n\n__all__ = ["MoEBackend"]\n',
+        "b12x/__init__.py": (
+            '"""b12x kernels."""\n\nfrom b12x.backend import MoEBackend\n\n__all__ = '
+            '["MoEBackend"]\n'
+        ),
         "b12x/backend.py": (
             "import enum\n\n\nclass MoEBackend(enum.Enum):\n"
             '    B12X = "b12x"\n    CUTLASS = "cutlass"\n'
@@ -436,19 +480,33 @@ def lmcache_files() -> dict[str, str]:
     return {
         "README.md": "# LMCache (sandbox copy of the local-inference-lab fork)\n",
         "pyproject.toml": pyproject(
-            "lmcache", packages=["lmcache"],
-            extensions=[{"name": "lmcache/c_ops.abi3.so", "sources": "csrc/*.cu", "archs": "torch"}]),
+            "lmcache",
+            packages=["lmcache"],
+            extensions=[
+                {"name": "lmcache/c_ops.abi3.so", "sources": "csrc/*.cu", "archs": "torch"}
+            ],
+        ),
         BACKEND_PATH: BACKEND,
         "lmcache/__init__.py": (
             '"""LMCache: KV cache offload and sharing."""\n\n'
             "try:\n    from lmcache._version import __version__\nexcept ImportError:  # not built\n"
             '    __version__ = "0.0.0.dev0"\n'
         ),
-        "lmcache/cuda_ops.py": native_module("lmcache.cuda_ops", "csrc/cuda_ops.cu", ["copy_blocks", "multi_layer_kv_transfer"]),
-        "lmcache/lmcache_native.py": native_module("lmcache.lmcache_native", "csrc/native.cpp", ["mp_shm_open", "mp_shm_read"]),
-        "lmcache/lmcache_fs.py": native_module("lmcache.lmcache_fs", "csrc/fs.cpp", ["fs_read_chunks", "fs_write_chunks"]),
-        "csrc/native.cpp": "// lmcache.lmcache_native: shared-memory transfer\nint mp_shm_open() { return 0; }\n",
-        "csrc/fs.cpp": "// lmcache.lmcache_fs: chunked file offload\nint fs_read_chunks() { return 0; }\n",
+        "lmcache/cuda_ops.py": native_module(
+            "lmcache.cuda_ops", "csrc/cuda_ops.cu", ["copy_blocks", "multi_layer_kv_transfer"]
+        ),
+        "lmcache/lmcache_native.py": native_module(
+            "lmcache.lmcache_native", "csrc/native.cpp", ["mp_shm_open", "mp_shm_read"]
+        ),
+        "lmcache/lmcache_fs.py": native_module(
+            "lmcache.lmcache_fs", "csrc/fs.cpp", ["fs_read_chunks", "fs_write_chunks"]
+        ),
+        "csrc/native.cpp": (
+            "// lmcache.lmcache_native: shared-memory transfer\nint mp_shm_open() { return 0; }\n"
+        ),
+        "csrc/fs.cpp": (
+            "// lmcache.lmcache_fs: chunked file offload\nint fs_read_chunks() { return 0; }\n"
+        ),
         "lmcache/v1/__init__.py": "",
         "lmcache/v1/mp_transfer.py": mp_transfer_py([]),
         "csrc/cuda_ops.cu": "// lmcache.cuda_ops\n__global__ void copy_blocks() {}\n",
@@ -456,10 +514,19 @@ def lmcache_files() -> dict[str, str]:
 
 
 def native_module(name: str, source: str, ops: list[str]) -> str:
-    """A compiled extension module of the fork, as an importable stand-in (no CUDA in the sandbox)."""
-    defs = "".join(f"\n\ndef {op}(*args, **kwargs):\n    raise RuntimeError(\"{name}.{op} needs a GPU (sandbox stand-in)\")\n"
-                   for op in ops)
-    return f'"""{name}: built from {source}. Sandbox stand-in for the compiled extension."""\n\nOPS = {tuple(ops)!r}\n{defs}'
+    """A compiled extension module of the fork, as an
+    importable stand-in (no CUDA in the sandbox)."""
+    defs = "".join(
+        (
+            f'\n\ndef {op}(*args, **kwargs):\n    raise RuntimeError("{name}.{op} needs a GPU '
+            '(sandbox stand-in)")\n'
+        )
+        for op in ops
+    )
+    return (
+        f'"""{name}: built from {source}. Sandbox stand-in for the compiled '
+        f'extension."""\n\nOPS = {tuple(ops)!r}\n{defs}'
+    )
 
 
 def mp_transfer_py(fixes: list[str]) -> str:
@@ -467,7 +534,7 @@ def mp_transfer_py(fixes: list[str]) -> str:
     return f'"""Engine-driven asynchronous shared-memory transfer."""\n\n# fixes:\n{body}'
 
 
-# -- the lab: source locks --------------------------------------------------------------------------
+# -- the lab: source locks -------------------------------------------------------------------------
 
 
 class LockedPackage(BaseModel):
@@ -495,7 +562,8 @@ class LockFacts(BaseModel):
 
 
 def lock_text(f: LockFacts) -> str:
-    """A source lock in the exact v1 layout the lab publishes (fixtures/source-locks/r35.source.lock)."""
+    """A source lock in the exact v1 layout the lab publishes
+    (fixtures/source-locks/r35.source.lock)."""
     ext = fake_sha256("flashkda.extension", f.flashkda_commit, f.patch_sha256)
     native = fake_sha256("vllm.native.extension", f.native_csrc_tree, f.native_cmake_tree)
     fi_wheel = fake_sha256("flashinfer.python.wheel", FLASHINFER_COMMIT)
@@ -517,10 +585,16 @@ def lock_text(f: LockFacts) -> str:
         "runtime.nccl.buffer.bytes=2097152",
         "runtime.recurrent-checkpoint-policy=auto",
         "runtime.launcher.env=SPECULATOR=dflash2; VLLM_MOE_BACKEND=b12x; LMCACHE_MP=1",
-        f"lmcache.native.artifact.image=localinferencelab/vllm@sha256:{fake_sha256('lmcache.native', f.lmcache.commit)}",
+        (
+            "lmcache.native.artifact.image=localinferencelab/"
+            f"vllm@sha256:{fake_sha256('lmcache.native', f.lmcache.commit)}"
+        ),
         "lmcache.native.mode=reuse-all",
         "runtime.lmcache.transfer=engine-driven asynchronous shared memory",
-        "runtime.lmcache.checkpoints=atomic target and draft bundles for request_boundaries; independent chunks for explicit aligned",
+        (
+            "runtime.lmcache.checkpoints=atomic target and draft bundles for "
+            "request_boundaries; independent chunks for explicit aligned"
+        ),
         "model.repository=local-inference-lab/GLM-5.3-Flash-NVFP4",
         "draft.repository=local-inference-lab/GLM-5.3-Flash-DFlash2",
         "draft.quantization=MXFP8",
@@ -548,16 +622,21 @@ def lock_text(f: LockFacts) -> str:
         f"vllm.native.extension.sha256={native}",
         f"vllm.native.identity.sha256={fake_sha256('vllm.native.identity', native, f.vllm.commit)}",
         f"flashinfer.commit={FLASHINFER_COMMIT}",
-        f"flashinfer.artifact.image=voipmonitor/vllm@sha256:{fake_sha256('flashinfer.image', FLASHINFER_COMMIT)}",
+        (
+            "flashinfer.artifact.image=voipmonitor/"
+            f"vllm@sha256:{fake_sha256('flashinfer.image', FLASHINFER_COMMIT)}"
+        ),
         f"flashinfer.python.wheel.sha256={fi_wheel}",
-        f"flashinfer.jit-cache.wheel.sha256={fake_sha256('flashinfer.jit-cache', FLASHINFER_COMMIT)}",
+        f"flashinfer.jit-cache.wheel.sha256={fake_sha256('flashinfer.jit-cache', FLASHINFER_COMMIT)}",  # noqa: E501
         f"launcher.lmcache.sha256={fake_sha256('launcher.lmcache', f.lmcache.commit)}",
         f"build.uv.sha256={fake_sha256('build.uv', f.rev)}",
         f"input.dockerfile.sha256={fake_sha256('input.dockerfile', f.rev)}",
         f"input.launcher.sha256={fake_sha256('input.launcher', f.rev)}",
-        "runtime.cache.fingerprint=cu133-torch213-glm53"
-        f"-vllm{f.vllm.package_tree[:8]}-b12x{f.b12x.package_tree[:8]}-lmcache{f.lmcache.package_tree[:8]}"
-        f"-flashkda{ext[:8]}-native{native[:8]}-fi{FLASHINFER_COMMIT[:10]}",
+        (
+            "runtime.cache.fingerprint=cu133-torch213-glm53"
+            f"-vllm{f.vllm.package_tree[:8]}-b12x{f.b12x.package_tree[:8]}-lmcache{f.lmcache.package_tree[:8]}"
+            f"-flashkda{ext[:8]}-native{native[:8]}-fi{FLASHINFER_COMMIT[:10]}"
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -573,15 +652,20 @@ def parse_lock(text: str) -> dict[str, str]:
 
 
 def model_doc(revs: list[tuple[str, str, str, str]]) -> str:
-    """models/glm-5.3-flash.md: the lab's human doc; `revs` = (rev, date, vllm sha, b12x sha) rows."""
+    """models/glm-5.3-flash.md: the lab's human doc;
+    `revs` = (rev, date, vllm sha, b12x sha) rows."""
     rows = "".join(
-        f"| {rev} | {date} | `{vllm[:8]}` | `{b12x[:8]}` | [`{rev}.source.lock`](glm-5.3-flash/build/{rev}.source.lock) |\n"
+        (
+            f"| {rev} | {date} | `{vllm[:8]}` | `{b12x[:8]}` | "
+            f"[`{rev}.source.lock`](glm-5.3-flash/build/{rev}.source.lock) |\n"
+        )
         for rev, date, vllm, b12x in revs
     )
     return (
         "# GLM-5.3-Flash (NVFP4) on RTX PRO 6000\n\n"
         "Qualified serving revs. Each rev is ONE cut across the vLLM, b12x and LMCache forks; the\n"
-        "source lock next to this file lists the exact pins (commit + tree) and runtime versions.\n\n"
+        "source lock next to this file lists the exact pins (commit + tree) and runtime "
+        "versions.\n\n"
         "| rev | cut | vLLM | b12x | lock |\n|---|---|---|---|---|\n" + rows
     )
 
@@ -590,10 +674,10 @@ LAB_DOCKERFILE = """# RTX PRO 6000 reference build (the lab's; consumers adapt i
 ARG BASE_IMAGE=voipmonitor/vllm:base
 FROM ${BASE_IMAGE}
 COPY *.source.lock /opt/lock/
-"""
+"""  # noqa: E501
 
 
-# -- the build repo (docker-images) -----------------------------------------------------------------
+# -- the build repo (docker-images) ----------------------------------------------------------------
 
 
 def versions_env(*, rev: str, pins: dict[str, LockedPackage], branches: dict[str, str]) -> str:
@@ -602,18 +686,18 @@ def versions_env(*, rev: str, pins: dict[str, LockedPackage], branches: dict[str
 # Pins are commit SHAs + tree hashes. Branch names are NOT the contract; they live in comments only.
 # Merge order: versions.env < profiles/<profile>.env < recipe [build.versions].
 
-# vLLM {v.repository} ({branches['vllm']})
+# vLLM {v.repository} ({branches["vllm"]})
 VLLM_REPO={v.repository}
 VLLM_COMMIT={v.commit}
 VLLM_TREE={v.tree}
 VLLM_PRETEND_VERSION={v.version}
 
-# b12x {b.repository} ({branches['b12x']})
+# b12x {b.repository} ({branches["b12x"]})
 B12X_REPO={b.repository}
 B12X_COMMIT={b.commit}
 B12X_TREE={b.tree}
 
-# LMCache {lm.repository} ({branches['lmcache']})
+# LMCache {lm.repository} ({branches["lmcache"]})
 LMCACHE_REPO={lm.repository}
 LMCACHE_COMMIT={lm.commit}
 LMCACHE_TREE={lm.tree}
@@ -624,7 +708,7 @@ CUDA_VERSION=13.2
 TORCH_VERSION=2.13.0
 TORCH_CUDA_ARCH_LIST=12.1a
 FLASHINFER_VERSION=0.6.17
-"""
+"""  # noqa: E501
 
 
 class Gate(BaseModel):
@@ -635,9 +719,15 @@ class Gate(BaseModel):
 
 def fetch_deps_sh(gates: list[Gate], rev: str) -> str:
     width = max(len(g.name) for g in gates)
-    # Quoted: a repository URL may carry the sandbox directory's name (shlex.quote leaves a plain one as is).
-    table = "".join(f"gate {shlex.quote(g.name).ljust(width)} {shlex.quote(g.repository)} {shlex.quote(g.tag)}\n"
-                    for g in gates)
+    # Quoted: a repository URL may carry the sandbox
+    # directory's name (shlex.quote leaves a plain one as is).
+    table = "".join(
+        (
+            f"gate {shlex.quote(g.name).ljust(width)} {shlex.quote(g.repository)} "
+            f"{shlex.quote(g.tag)}\n"
+        )
+        for g in gates
+    )
     return f"""#!/usr/bin/env bash
 # fetch-deps.sh: clone every vLLM build sub-dependency at the pin the vLLM tree itself declares.
 #
@@ -678,7 +768,7 @@ populate_gitlinks() {{
 }}
 
 # -- dep table: the {rev} vLLM tree's cmake pins (CUDA path) --
-{table}"""
+{table}"""  # noqa: E501
 
 
 DOCKERFILE = """# jovian-judgement: clone-at-pin build of the lab's source-locked stack for DGX Spark (GB10, sm_121a).
@@ -741,7 +831,7 @@ COPY --from=b12x-builder /wheels /wheels
 COPY --from=lmcache-builder /wheels /wheels
 RUN --mount=type=cache,target=/root/.cache/uv uv pip install --system --no-deps --break-system-packages /wheels/*.whl \\
  && python -c "import vllm, b12x, lmcache; print(vllm.__version__)"
-"""
+"""  # noqa: E501
 
 BUILD_SH = """#!/usr/bin/env bash
 # build.sh: generic driver. Every versions.env KEY=VAL, merged with profiles/$PROFILE.env (the profile
@@ -798,7 +888,7 @@ for key in "${keys[@]}"; do args+=(--build-arg "$key=${value[$key]}"); done
 echo "build.sh: $TAG from versions.env${PROFILE:+ < profiles/$PROFILE.env} (${#keys[@]} build args)" >&2
 # --network=host: the clone stages reach the sandbox's git server on 127.0.0.1 (its engines have no bridge).
 exec docker build --network=host -t "$TAG" "${args[@]}" "${labels[@]}" .
-"""
+"""  # noqa: E501
 
 GB10_DEVIATIONS = """# gb10-deviations.toml: where our DGX Spark (GB10) runtime deviates from the lab's RTX build.
 # Our runtime follows the vLLM tree's own requirements/cuda.txt; re-evaluate these only when the
@@ -825,9 +915,10 @@ component = "NCCL"
 ours = "torch-bundled"
 lab = "2.31.2"
 why = "single-node-pair TP2 lane; the bundled NCCL is what torch 2.13.0 was tested with"
-"""
+"""  # noqa: E501
 
-# The GB10 patch set the build dir ships and its Dockerfile runs (a real script: sandbox/patch_cuda_sm12x.py).
+# The GB10 patch set the build dir ships and its Dockerfile runs (a real script:
+# sandbox/patch_cuda_sm12x.py).
 PATCH_CUDA_SM12X_PY = (Path(__file__).parent / "patch_cuda_sm12x.py").read_text(encoding="utf-8")
 
 BUILD_README = """# docker-images (sandbox copy)
@@ -836,7 +927,7 @@ BUILD_README = """# docker-images (sandbox copy)
   `versions.env` holds every pin; `profiles/<rev>.env` holds a rev's pin set (only the keys that
   differ); `fetch-deps.sh` clones the vLLM tree's cmake deps at their pins.
 - `recipes/<lane>/recipe.toml`: serving lanes; `build_profile` picks the profile an image is built from.
-"""
+"""  # noqa: E501
 
 
 def recipe_toml(*, lane: str, image_tag: str, build_dir: str, profile: str) -> str:

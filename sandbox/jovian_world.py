@@ -68,7 +68,8 @@ WORK = {
     "lmcache": [(45, "MP transfer: retry short shared-memory reads")],
 }
 PIN_OFFSET = {"vllm": 0, "b12x": 1, "lmcache": 2}  # minutes after the cut: one cut, ±2 min
-REV_STEP = timedelta(hours=6)  # the next rev is cut this long after the newest upstream commit (hour-floored)
+# the next rev is cut this long after the newest upstream commit (hour-floored)
+REV_STEP = timedelta(hours=6)
 
 HOST_ONLY = ("rtx6kpro", "docker-images")  # repos no build clones
 REPOS = {  # bare repo name -> default branch
@@ -103,9 +104,11 @@ class JovianRepos(BaseModel):
         return self.repos / f"{name}.git"
 
     def url(self, name: str) -> str:
-        """The lab and build repos are read by lockstep on this machine (file://); the forks and their
-        deps are cloned inside the build node's `docker build` too, which reaches them only through the
-        sandbox's git daemon on 127.0.0.1 (sandbox/git_server.py), as a real build reaches GitHub."""
+        """The lab and build repos are read by lockstep on this machine (file://); the forks and
+        their deps are cloned inside the build node's `docker
+        build` too, which reaches them only through the
+        sandbox's git daemon on 127.0.0.1 (sandbox/git_server.py),
+        as a real build reaches GitHub."""
         if name in HOST_ONLY:
             return self.path(name).resolve().as_uri()
         return GitServer(self.repos.parent).url(self.path(name))
@@ -120,32 +123,53 @@ class JovianRepos(BaseModel):
 
 
 class LabRev(BaseModel):
-    """One published lab rev: the lab commit that added its lock, and the fork pins the lock names."""
+    """One published lab rev: the lab commit that added
+    its lock, and the fork pins the lock names."""
 
     name: str
     lab_commit: str
     lock_path: str = Field(description="Path of the source lock in the lab repo.")
     pins: dict[str, str] = Field(description="package -> pinned commit")
-    trees: dict[str, str] = Field(default_factory=dict, description="package -> tree of the pinned commit")
-    committed_at: dict[str, datetime] = Field(default_factory=dict, description="package -> pin's committer time")
-    branches: dict[str, str] = Field(default_factory=dict, description="package -> branch this rev's work went to")
+    trees: dict[str, str] = Field(
+        default_factory=dict, description="package -> tree of the pinned commit"
+    )
+    committed_at: dict[str, datetime] = Field(
+        default_factory=dict, description="package -> pin's committer time"
+    )
+    branches: dict[str, str] = Field(
+        default_factory=dict, description="package -> branch this rev's work went to"
+    )
     previous: str | None = Field(default=None, description="The rev published before this one.")
     half_cut: bool = False
-    moved_deps: dict[str, str] = Field(default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)")
-    broken_import: bool = Field(default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import).")
-    broken_model: bool = Field(default=False, description="The vLLM pin serves a model that scores low (broken_model).")
-    held: list[str] = Field(default_factory=list, description="Packages pinned as the previous rev had them, their forks untouched (hold).")
+    moved_deps: dict[str, str] = Field(
+        default_factory=dict, description="cmake dep -> its new GIT_TAG (move_dep)"
+    )
+    broken_import: bool = Field(
+        default=False, description="The vLLM pin lost vllm/_flashkda_C (break_import)."
+    )
+    broken_model: bool = Field(
+        default=False, description="The vLLM pin serves a model that scores low (broken_model)."
+    )
+    held: list[str] = Field(
+        default_factory=list,
+        description="Packages pinned as the previous rev had them, their forks untouched (hold).",
+    )
     lock_text: str = ""
 
 
 # -- git plumbing ---------------------------------------------------------------------------------
 
 
-def _git(bare: Path, *args: str, input: bytes | None = None, binary: bool = False) -> str | bytes:  # noqa: A002
+def _git(bare: Path, *args: str, input: bytes | None = None, binary: bool = False) -> str | bytes:
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    proc = subprocess.run(["git", f"--git-dir={bare}", *args], input=input, capture_output=True, env=env, check=False)
+    proc = subprocess.run(
+        ["git", f"--git-dir={bare}", *args], input=input, capture_output=True, env=env, check=False
+    )
     if proc.returncode != 0:
-        raise LockstepError(f"git {' '.join(args[:2])} in {bare} failed: {proc.stderr.decode(errors='replace').strip()}")
+        raise LockstepError(
+            f"git {' '.join(args[:2])} in {bare} failed: "
+            f"{proc.stderr.decode(errors='replace').strip()}"
+        )
     return proc.stdout if binary else proc.stdout.decode().strip()
 
 
@@ -174,10 +198,13 @@ def _init_bare(bare: Path, branch: str) -> None:
     bare.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         ["git", "init", "--quiet", "--bare", f"--initial-branch={branch}", str(bare)],
-        capture_output=True, check=False,
+        capture_output=True,
+        check=False,
     )
     if proc.returncode != 0:
-        raise LockstepError(f"git init {bare} failed: {proc.stderr.decode(errors='replace').strip()}")
+        raise LockstepError(
+            f"git init {bare} failed: {proc.stderr.decode(errors='replace').strip()}"
+        )
 
 
 @dataclass(frozen=True)
@@ -203,7 +230,8 @@ class Commit:
     message: str
     when: datetime
     files: dict[str, Content]
-    parent: int | str | None = None  # index of an earlier commit in the batch, a sha, or None: continue / root
+    # index of an earlier commit in the batch, a sha, or None: continue / root
+    parent: int | str | None = None
     ident: tuple[str, str] = UPSTREAM
     tag: str | None = None
     annotated: bool = False
@@ -223,7 +251,9 @@ def fast_import(bare: Path, commits: list[Commit]) -> list[str]:
     for i, c in enumerate(commits, 1):
         name, email = c.ident
         stamp = f"{name} <{email}> {int(c.when.timestamp())} +0000"
-        out += f"commit refs/heads/{c.branch}\nmark :{i}\nauthor {stamp}\ncommitter {stamp}\n".encode()
+        out += (
+            f"commit refs/heads/{c.branch}\nmark :{i}\nauthor {stamp}\ncommitter {stamp}\n".encode()
+        )
         out += _data(c.message)
         if isinstance(c.parent, int):
             out += f"from :{c.parent + 1}\n".encode()
@@ -235,13 +265,17 @@ def fast_import(bare: Path, commits: list[Commit]) -> list[str]:
             elif isinstance(content, Gitlink):
                 out += f"M 160000 {content.sha} {path}\n".encode()
             else:
-                mode, text = ("100755", content.text) if isinstance(content, Exe) else ("100644", content)
+                mode, text = (
+                    ("100755", content.text) if isinstance(content, Exe) else ("100644", content)
+                )
                 out += f"M {mode} inline {path}\n".encode() + _data(text)
         out += b"\n"
     for i, c in enumerate(commits, 1):
         if c.tag and c.annotated:
             name, email = c.ident
-            out += f"tag {c.tag}\nfrom :{i}\ntagger {name} <{email}> {int(c.when.timestamp())} +0000\n".encode()
+            out += (
+                f"tag {c.tag}\nfrom :{i}\ntagger {name} <{email}> {int(c.when.timestamp())} +0000\n"
+            ).encode()
             out += _data(f"{c.tag}\n")
         elif c.tag:
             out += f"reset refs/tags/{c.tag}\nfrom :{i}\n\n".encode()
@@ -259,8 +293,14 @@ def _tip(bare: Path, ref: str) -> str:
 
 def _newest(bare: Path, prefix: str = "refs/heads/") -> tuple[str, str, int]:
     """(sha, branch, committer time) of the most recently committed branch under `prefix`."""
-    line = _text(bare, "for-each-ref", "--sort=-committerdate", "--count=1",
-                 "--format=%(objectname) %(refname:lstrip=2) %(committerdate:unix)", prefix)
+    line = _text(
+        bare,
+        "for-each-ref",
+        "--sort=-committerdate",
+        "--count=1",
+        "--format=%(objectname) %(refname:lstrip=2) %(committerdate:unix)",
+        prefix,
+    )
     if not line:
         raise LockstepError(f"{bare}: no branch under {prefix}")
     sha, branch, when = line.split()
@@ -292,73 +332,164 @@ class _Deps(BaseModel):
 
 def _create_deps(w: JovianRepos) -> _Deps:
     cut = w.path("cutlass")
-    c = fast_import(cut, [
-        Commit("main", "CUTLASS 4.3.0", _at(2026, 3, 10), src.cutlass_files("4.3.0", "4.3 release")),
-        Commit("main", "CUTLASS 4.4.2", _at(2026, 5, 2), src.cutlass_files("4.4.2", "4.4.2 release"),
-               tag="v4.4.2", annotated=True),
-        Commit("main", "sm120: blockscaled grouped GEMM fixes", _at(2026, 6, 15),
-               {"include/cutlass/gemm/sm120_blockscaled.hpp": "#pragma once\n// grouped GEMM fixes\n"}),
-        Commit("main", "CUTLASS 4.7.1", _at(2026, 8, 1), src.cutlass_files("4.7.1", "4.7.1 release"),
-               tag="v4.7.1", annotated=True),
-    ])
+    c = fast_import(
+        cut,
+        [
+            Commit(
+                "main", "CUTLASS 4.3.0", _at(2026, 3, 10), src.cutlass_files("4.3.0", "4.3 release")
+            ),
+            Commit(
+                "main",
+                "CUTLASS 4.4.2",
+                _at(2026, 5, 2),
+                src.cutlass_files("4.4.2", "4.4.2 release"),
+                tag="v4.4.2",
+                annotated=True,
+            ),
+            Commit(
+                "main",
+                "sm120: blockscaled grouped GEMM fixes",
+                _at(2026, 6, 15),
+                {
+                    (
+                        "include/cutlass/gemm/sm120_blockscaled.hpp"
+                    ): "#pragma once\n// grouped GEMM fixes\n"
+                },
+            ),
+            Commit(
+                "main",
+                "CUTLASS 4.7.1",
+                _at(2026, 8, 1),
+                src.cutlass_files("4.7.1", "4.7.1 release"),
+                tag="v4.7.1",
+                annotated=True,
+            ),
+        ],
+    )
     gitmodules = src.gitmodules({"csrc/cutlass": w.url("cutlass")})
-    f = fast_import(w.path("flashmla"), [
-        Commit("main", "FlashMLA: sm90/sm100 MLA decode kernels", _at(2026, 6, 1),
-               {**src.flashmla_files(1), ".gitmodules": gitmodules, "csrc/cutlass": Gitlink(c[1])}),
-        Commit("main", "bump vendored cutlass for sm120 blockscaled fixes", _at(2026, 6, 20),
-               {**src.flashmla_files(2), "csrc/cutlass": Gitlink(c[2])}),
-    ])
-    k = fast_import(w.path("flashkda"), [
-        Commit("main", "FlashKDA: initial kernels", _at(2026, 7, 1), src.flashkda_files(1)),
-        Commit("main", "KDA forward: chunked state passing", _at(2026, 8, 10), src.flashkda_files(2)),
-    ])
+    f = fast_import(
+        w.path("flashmla"),
+        [
+            Commit(
+                "main",
+                "FlashMLA: sm90/sm100 MLA decode kernels",
+                _at(2026, 6, 1),
+                {**src.flashmla_files(1), ".gitmodules": gitmodules, "csrc/cutlass": Gitlink(c[1])},
+            ),
+            Commit(
+                "main",
+                "bump vendored cutlass for sm120 blockscaled fixes",
+                _at(2026, 6, 20),
+                {**src.flashmla_files(2), "csrc/cutlass": Gitlink(c[2])},
+            ),
+        ],
+    )
+    k = fast_import(
+        w.path("flashkda"),
+        [
+            Commit("main", "FlashKDA: initial kernels", _at(2026, 7, 1), src.flashkda_files(1)),
+            Commit(
+                "main",
+                "KDA forward: chunked state passing",
+                _at(2026, 8, 10),
+                src.flashkda_files(2),
+            ),
+        ],
+    )
     for name, flavor in (("triton", "cuda"), ("triton-rocm", "rocm")):
-        fast_import(w.path(name), [
-            Commit("main", "Triton 3.5.0", _at(2026, 6, 1), src.triton_files(flavor, "3.5.0")),
-            Commit("main", "Triton 3.5.1", _at(2026, 7, 15), src.triton_files(flavor, "3.5.1"), tag="v3.5.1"),
-            Commit("main", "[frontend] work towards 3.6", _at(2026, 8, 20),
-                   {"README.md": f"# Triton 3.6.0-dev ({flavor}, sandbox copy)\n"}),
-        ])
-    return _Deps(cutlass_tags={"v4.4.2": c[1], "v4.7.1": c[3]}, cutlass_vendored=c[2], flashmla=f[1],
-                 flashkda=k[1], triton_tag="v3.5.1")
+        fast_import(
+            w.path(name),
+            [
+                Commit("main", "Triton 3.5.0", _at(2026, 6, 1), src.triton_files(flavor, "3.5.0")),
+                Commit(
+                    "main",
+                    "Triton 3.5.1",
+                    _at(2026, 7, 15),
+                    src.triton_files(flavor, "3.5.1"),
+                    tag="v3.5.1",
+                ),
+                Commit(
+                    "main",
+                    "[frontend] work towards 3.6",
+                    _at(2026, 8, 20),
+                    {"README.md": f"# Triton 3.6.0-dev ({flavor}, sandbox copy)\n"},
+                ),
+            ],
+        )
+    return _Deps(
+        cutlass_tags={"v4.4.2": c[1], "v4.7.1": c[3]},
+        cutlass_vendored=c[2],
+        flashmla=f[1],
+        flashkda=k[1],
+        triton_tag="v3.5.1",
+    )
 
 
 def _cmake_pins(w: JovianRepos, deps: _Deps) -> src.CmakePins:
     return src.CmakePins(
-        cutlass_url=w.url("cutlass"), cutlass_revision="v4.4.2",
-        flashmla_url=w.url("flashmla"), flashmla_tag=deps.flashmla,
-        flashkda_url=w.url("flashkda"), flashkda_tag=deps.flashkda,
-        triton_url=w.url("triton"), triton_rocm_url=w.url("triton-rocm"), triton_tag=deps.triton_tag,
+        cutlass_url=w.url("cutlass"),
+        cutlass_revision="v4.4.2",
+        flashmla_url=w.url("flashmla"),
+        flashmla_tag=deps.flashmla,
+        flashkda_url=w.url("flashkda"),
+        flashkda_tag=deps.flashkda,
+        triton_url=w.url("triton"),
+        triton_rocm_url=w.url("triton-rocm"),
+        triton_tag=deps.triton_tag,
     )
 
 
 def _create_fork_mains(w: JovianRepos, pins: src.CmakePins) -> None:
-    """Each fork's main branch, and an old r18 integration line next to it (a branch the audit lists)."""
+    """Each fork's main branch, and an old r18 integration
+    line next to it (a branch the audit lists)."""
     old_cut = _at(2026, 8, 20, 15, 0)
     trees = {"vllm": src.vllm_files(pins), "b12x": src.b12x_files(), "lmcache": src.lmcache_files()}
-    started = {"vllm": _at(2026, 8, 19, 9), "b12x": _at(2026, 8, 18, 9), "lmcache": _at(2026, 8, 15, 9)}
+    started = {
+        "vllm": _at(2026, 8, 19, 9),
+        "b12x": _at(2026, 8, 18, 9),
+        "lmcache": _at(2026, 8, 15, 9),
+    }
     for pkg in PACKAGES:
         batch = [Commit(FORK_BRANCH, f"{pkg}: fork point", started[pkg], trees[pkg])]
         if pkg != "lmcache":
-            batch.append(Commit(integration_branch("r18", old_cut), "glm53 r18 release cut",
-                                old_cut + timedelta(minutes=PIN_OFFSET[pkg]),
-                                {MARKER_FILE[pkg]: src.rev_marker(pkg, "r18")}, parent=0))
+            batch.append(
+                Commit(
+                    integration_branch("r18", old_cut),
+                    "glm53 r18 release cut",
+                    old_cut + timedelta(minutes=PIN_OFFSET[pkg]),
+                    {MARKER_FILE[pkg]: src.rev_marker(pkg, "r18")},
+                    parent=0,
+                )
+            )
         fast_import(w.path(pkg), batch)
 
 
-def _package_facts(bare: Path, url: str, commit: str, pkgdir: str, version: str | None) -> src.LockedPackage:
-    tree, package_tree = _text(bare, "rev-parse", f"{commit}^{{tree}}", f"{commit}:{pkgdir}").split()
+def _package_facts(
+    bare: Path, url: str, commit: str, pkgdir: str, version: str | None
+) -> src.LockedPackage:
+    tree, package_tree = _text(
+        bare, "rev-parse", f"{commit}^{{tree}}", f"{commit}:{pkgdir}"
+    ).split()
     archive = _git(bare, "archive", "--format=tar", commit, binary=True)
     assert isinstance(archive, bytes)
-    return src.LockedPackage(repository=url, commit=commit, tree=tree, package_tree=package_tree,
-                             bundle_sha256=hashlib.sha256(archive).hexdigest(), version=version)
+    return src.LockedPackage(
+        repository=url,
+        commit=commit,
+        tree=tree,
+        package_tree=package_tree,
+        bundle_sha256=hashlib.sha256(archive).hexdigest(),
+        version=version,
+    )
 
 
 def _locked_from(lock: dict[str, str], pkg: str) -> src.LockedPackage:
     """A package exactly as an earlier lock pinned it (a half-cut keeps these)."""
     return src.LockedPackage(
-        repository=lock[f"{pkg}.repository"], commit=lock[f"{pkg}.commit"], tree=lock[f"{pkg}.tree"],
-        package_tree=lock[f"{pkg}.package.tree"], bundle_sha256=lock[f"{pkg}.bundle.sha256"],
+        repository=lock[f"{pkg}.repository"],
+        commit=lock[f"{pkg}.commit"],
+        tree=lock[f"{pkg}.tree"],
+        package_tree=lock[f"{pkg}.package.tree"],
+        bundle_sha256=lock[f"{pkg}.bundle.sha256"],
         version=lock.get(f"{pkg}.version"),
     )
 
@@ -366,17 +497,36 @@ def _locked_from(lock: dict[str, str], pkg: str) -> src.LockedPackage:
 def _move_flashmla(w: JovianRepos, when: datetime, cutlass_commit: str) -> str:
     bare = w.path("flashmla")
     tip = _tip(bare, "refs/heads/main")
-    api = _append_note(_show(bare, tip, "csrc/flash_api.cpp"), f"sm120 decode path ({when:%Y-%m-%d})")
-    return fast_import(bare, [Commit("main", "sm120 MLA decode; vendored cutlass moves with it", when,
-                                     {"csrc/flash_api.cpp": api, "csrc/cutlass": Gitlink(cutlass_commit)},
-                                     parent=tip)])[0]
+    api = _append_note(
+        _show(bare, tip, "csrc/flash_api.cpp"), f"sm120 decode path ({when:%Y-%m-%d})"
+    )
+    return fast_import(
+        bare,
+        [
+            Commit(
+                "main",
+                "sm120 MLA decode; vendored cutlass moves with it",
+                when,
+                {"csrc/flash_api.cpp": api, "csrc/cutlass": Gitlink(cutlass_commit)},
+                parent=tip,
+            )
+        ],
+    )[0]
 
 
 def _cut_forks(
-    w: JovianRepos, rev: str, cut: datetime, *, first: bool, move_dep: bool, break_import: bool = False,
-    broken_model: bool = False, hold: tuple[str, ...] = (),
+    w: JovianRepos,
+    rev: str,
+    cut: datetime,
+    *,
+    first: bool,
+    move_dep: bool,
+    break_import: bool = False,
+    broken_model: bool = False,
+    hold: tuple[str, ...] = (),
 ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """Push one rev's work and pin commits to every fork but the held ones (nothing is pushed to those).
+    """Push one rev's work and pin commits to every
+    fork but the held ones (nothing is pushed to those).
     Returns (tips, branches, moved cmake deps)."""
     tips: dict[str, str] = {}
     branches: dict[str, str] = {}
@@ -390,10 +540,19 @@ def _cut_forks(
             base = _tip(bare, f"refs/heads/{FORK_BRANCH if first else LMCACHE_BRANCH}")
         else:
             branch = integration_branch(rev, cut)
-            base = _tip(bare, f"refs/heads/{FORK_BRANCH}") if first else _newest(bare, "refs/heads/integration/")[0]
+            base = (
+                _tip(bare, f"refs/heads/{FORK_BRANCH}")
+                if first
+                else _newest(bare, "refs/heads/integration/")[0]
+            )
         if first and pkg == "vllm":
-            work = [(timedelta(hours=19), "glm53: nvfp4_ds_mla KV cache dtype, FlashKDA bindings",
-                     src.vllm_glm53_files())]
+            work = [
+                (
+                    timedelta(hours=19),
+                    "glm53: nvfp4_ds_mla KV cache dtype, FlashKDA bindings",
+                    src.vllm_glm53_files(),
+                )
+            ]
         else:
             notes = _show(bare, base, NOTES_FILE[pkg])
             work = []
@@ -403,51 +562,93 @@ def _cut_forks(
         if move_dep and pkg == "vllm":
             cutlass = w.path("cutlass")
             new_rev = "v4.7.1"
-            flashmla = _move_flashmla(w, cut - timedelta(hours=3), _tip(cutlass, f"refs/tags/{new_rev}"))
-            cmake = re.sub(r"GIT_TAG [0-9a-f]{40}", f"GIT_TAG {flashmla}",
-                           _show(bare, base, "cmake/external_projects/flashmla.cmake"))
+            flashmla = _move_flashmla(
+                w, cut - timedelta(hours=3), _tip(cutlass, f"refs/tags/{new_rev}")
+            )
+            cmake = re.sub(
+                r"GIT_TAG [0-9a-f]{40}",
+                f"GIT_TAG {flashmla}",
+                _show(bare, base, "cmake/external_projects/flashmla.cmake"),
+            )
             lists = _show(bare, base, "CMakeLists.txt")
             old_rev = re.search(r'set\(CUTLASS_REVISION "([^"]+)"', lists)
             moved["flashmla"] = flashmla
             files = {"cmake/external_projects/flashmla.cmake": cmake}
             if old_rev and old_rev.group(1) != new_rev:
-                files["CMakeLists.txt"] = lists.replace(old_rev.group(0), f'set(CUTLASS_REVISION "{new_rev}"')
+                files["CMakeLists.txt"] = lists.replace(
+                    old_rev.group(0), f'set(CUTLASS_REVISION "{new_rev}"'
+                )
                 moved["cutlass"] = new_rev
             when, summary, wfiles = work[0]
-            work[0] = (when, summary + "; FlashMLA sm120 decode (cmake pins moved)", {**wfiles, **files})
+            work[0] = (
+                when,
+                summary + "; FlashMLA sm120 decode (cmake pins moved)",
+                {**wfiles, **files},
+            )
         if break_import and pkg == "vllm":
-            # A realistic broken rev: the python shim of the FlashKDA extension is gone, so the image
-            # builds and the other imports work, but `import vllm._flashkda_C` fails at boot.
+            # A realistic broken rev: the python shim of the FlashKDA extension is gone, so the
+            # image builds and the other imports work, but `import vllm._flashkda_C` fails at boot.
             when, summary, wfiles = work[0]
-            work[0] = (when, summary + "; drop the FlashKDA python shim", {**wfiles, src.FLASHKDA_EXTENSION: None})
+            work[0] = (
+                when,
+                summary + "; drop the FlashKDA python shim",
+                {**wfiles, src.FLASHKDA_EXTENSION: None},
+            )
         if pkg == "vllm" and (broken_model or _exists(bare, base, BROKEN_MODEL_MARKER)):
-            # sandbox/model_server.py reads this marker from the image (the build installs vllm/): the
-            # rev serves a model that never calls a tool. The next rev drops it again.
+            # sandbox/model_server.py reads this marker from the image (the build installs vllm/):
+            # the rev serves a model that never calls a tool. The next rev drops it again.
             when, summary, wfiles = work[0]
-            work[0] = (when, summary + ("; sampler regression" if broken_model else "; fix the sampler regression"),
-                       {**wfiles, BROKEN_MODEL_MARKER: 'quality = "broken"\n' if broken_model else None})
+            work[0] = (
+                when,
+                summary
+                + ("; sampler regression" if broken_model else "; fix the sampler regression"),
+                {**wfiles, BROKEN_MODEL_MARKER: 'quality = "broken"\n' if broken_model else None},
+            )
         batch = [
             Commit(branch, summary, cut - before, files, parent=base if i == 0 else None)
             for i, (before, summary, files) in enumerate(work)
         ]
-        batch.append(Commit(branch, f"glm53 {rev} release cut", cut + timedelta(minutes=PIN_OFFSET[pkg]),
-                            {MARKER_FILE[pkg]: src.rev_marker(pkg, rev)}))
+        batch.append(
+            Commit(
+                branch,
+                f"glm53 {rev} release cut",
+                cut + timedelta(minutes=PIN_OFFSET[pkg]),
+                {MARKER_FILE[pkg]: src.rev_marker(pkg, rev)},
+            )
+        )
         tips[pkg] = fast_import(bare, batch)[-1]
         branches[pkg] = branch
     return tips, branches, moved
 
 
 def _doc_rows(doc: str) -> list[tuple[str, str, str, str]]:
-    return re.findall(r"^\| (\S+) \| (\d{8}) \| `([0-9a-f]+)` \| `([0-9a-f]+)` \|", doc, re.M)
+    return re.findall(
+        r"^\| (\S+) \| (\d{8}) \| `([0-9a-f]+)` \| `([0-9a-f]+)` \|", doc, re.MULTILINE
+    )
 
 
 def _publish_rev(
-    w: JovianRepos, rev: str, cut: datetime, *, previous: tuple[str, dict[str, str]] | None,
-    half_cut: bool, move_dep: bool, break_import: bool = False, broken_model: bool = False,
+    w: JovianRepos,
+    rev: str,
+    cut: datetime,
+    *,
+    previous: tuple[str, dict[str, str]] | None,
+    half_cut: bool,
+    move_dep: bool,
+    break_import: bool = False,
+    broken_model: bool = False,
     hold: tuple[str, ...] = (),
 ) -> LabRev:
-    tips, branches, moved = _cut_forks(w, rev, cut, first=previous is None, move_dep=move_dep,
-                                       break_import=break_import, broken_model=broken_model, hold=hold)
+    tips, branches, moved = _cut_forks(
+        w,
+        rev,
+        cut,
+        first=previous is None,
+        move_dep=move_dep,
+        break_import=break_import,
+        broken_model=broken_model,
+        hold=hold,
+    )
     locked: dict[str, src.LockedPackage] = {}
     for pkg in PACKAGES:
         if previous is not None and (pkg in hold or (half_cut and pkg != "vllm")):
@@ -460,16 +661,30 @@ def _publish_rev(
         }.get(pkg)
         locked[pkg] = _package_facts(w.path(pkg), w.url(pkg), sha, pkg, version)
     vllm_bare, vllm_sha = w.path("vllm"), locked["vllm"].commit
-    kda = re.search(r'_FLASHKDA_UPSTREAM_TAG "([0-9a-f]{40})"',
-                    _show(vllm_bare, vllm_sha, "cmake/external_projects/flashkda.cmake"))
+    kda = re.search(
+        r'_FLASHKDA_UPSTREAM_TAG "([0-9a-f]{40})"',
+        _show(vllm_bare, vllm_sha, "cmake/external_projects/flashkda.cmake"),
+    )
     assert kda is not None
-    csrc, cmake, lists = _text(vllm_bare, "rev-parse", f"{vllm_sha}:csrc", f"{vllm_sha}:cmake",
-                               f"{vllm_sha}:CMakeLists.txt").split()
+    csrc, cmake, lists = _text(
+        vllm_bare,
+        "rev-parse",
+        f"{vllm_sha}:csrc",
+        f"{vllm_sha}:cmake",
+        f"{vllm_sha}:CMakeLists.txt",
+    ).split()
     patch = _show(vllm_bare, vllm_sha, "cmake/external_projects/patches/flashkda-glm53.patch")
     facts = src.LockFacts(
-        rev=rev, date=f"{cut:%Y%m%d}", vllm=locked["vllm"], b12x=locked["b12x"], lmcache=locked["lmcache"],
-        flashkda_commit=kda.group(1), native_csrc_tree=csrc, native_cmake_tree=cmake,
-        native_cmakelists_blob=lists, patch_sha256=hashlib.sha256(patch.encode()).hexdigest(),
+        rev=rev,
+        date=f"{cut:%Y%m%d}",
+        vllm=locked["vllm"],
+        b12x=locked["b12x"],
+        lmcache=locked["lmcache"],
+        flashkda_commit=kda.group(1),
+        native_csrc_tree=csrc,
+        native_cmake_tree=cmake,
+        native_cmakelists_blob=lists,
+        patch_sha256=hashlib.sha256(patch.encode()).hexdigest(),
     )
     text = src.lock_text(facts)
     lab = w.lab
@@ -479,27 +694,57 @@ def _publish_rev(
     what = " (vLLM only; b12x/LMCache held at " + previous[0] + ")" if half_cut and previous else ""
     if hold and previous:
         what = f" ({', '.join(hold)} held at {previous[0]}, unchanged)"
-    lab_commit = fast_import(lab, [Commit(
-        LAB_BRANCH, f"glm-5.3-flash: {rev} source lock{what}", cut + timedelta(minutes=40),
-        {lock_path(rev): text, src.MODEL_DOC: src.model_doc(rows)}, parent=lab_tip, ident=LAB,
-    )])[0]
+    lab_commit = fast_import(
+        lab,
+        [
+            Commit(
+                LAB_BRANCH,
+                f"glm-5.3-flash: {rev} source lock{what}",
+                cut + timedelta(minutes=40),
+                {lock_path(rev): text, src.MODEL_DOC: src.model_doc(rows)},
+                parent=lab_tip,
+                ident=LAB,
+            )
+        ],
+    )[0]
     return LabRev(
-        name=rev, lab_commit=lab_commit, lock_path=lock_path(rev),
+        name=rev,
+        lab_commit=lab_commit,
+        lock_path=lock_path(rev),
         pins={p: locked[p].commit for p in PACKAGES},
         trees={p: locked[p].tree for p in PACKAGES},
         committed_at={p: _commit_time(w.path(p), locked[p].commit) for p in PACKAGES},
-        branches=branches, previous=previous[0] if previous else None,
-        half_cut=bool(half_cut and previous), moved_deps=moved, broken_import=break_import,
-        broken_model=broken_model, lock_text=text, held=[p for p in hold if previous],
+        branches=branches,
+        previous=previous[0] if previous else None,
+        half_cut=bool(half_cut and previous),
+        moved_deps=moved,
+        broken_import=break_import,
+        broken_model=broken_model,
+        lock_text=text,
+        held=[p for p in hold if previous],
     )
 
 
 def _create_lab(w: JovianRepos) -> None:
-    fast_import(w.lab, [Commit(LAB_BRANCH, "rtx6kpro: GLM-5.3-Flash serving notes", _at(2026, 8, 1), {
-        "README.md": "# rtx6kpro\n\nLocal-inference lab: qualified serving stacks for RTX PRO 6000 (sandbox copy).\n",
-        src.MODEL_DOC: src.model_doc([]),
-        f"{src.LOCK_DIR}/Dockerfile": src.LAB_DOCKERFILE,
-    }, ident=LAB)])
+    fast_import(
+        w.lab,
+        [
+            Commit(
+                LAB_BRANCH,
+                "rtx6kpro: GLM-5.3-Flash serving notes",
+                _at(2026, 8, 1),
+                {
+                    "README.md": (
+                        "# rtx6kpro\n\nLocal-inference lab: qualified serving stacks for RTX "
+                        "PRO 6000 (sandbox copy).\n"
+                    ),
+                    src.MODEL_DOC: src.model_doc([]),
+                    f"{src.LOCK_DIR}/Dockerfile": src.LAB_DOCKERFILE,
+                },
+                ident=LAB,
+            )
+        ],
+    )
 
 
 def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
@@ -512,31 +757,55 @@ def _create_build(w: JovianRepos, first: LabRev, deps: _Deps) -> str:
         src.Gate(name="triton", repository=w.url("triton"), tag=deps.triton_tag),
     ]
     d = BUILD_DIR
-    return fast_import(w.build, [Commit(BUILD_BRANCH, f"{d}: clone-at-pin build of lab rev {first.name}",
-                                        FIRST_CUT + timedelta(hours=6), {
-        "README.md": src.BUILD_README,
-        f"{d}/versions.env": src.versions_env(rev=first.name, pins=pins, branches=first.branches),
-        f"{d}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, first.name)),
-        f"{d}/build.sh": Exe(src.BUILD_SH),
-        f"{d}/Dockerfile": src.DOCKERFILE,
-        f"{d}/patch_cuda_sm12x.py": src.PATCH_CUDA_SM12X_PY,
-        f"{d}/gb10-deviations.toml": src.GB10_DEVIATIONS,
-        f"{d}/profiles/.keep": "",
-        RECIPE: src.recipe_toml(lane="glm53-2x", image_tag=f"{d}:{first.name}-glm53", build_dir=d,
-                                profile=first.name),
-        baseline_path(LANE): sandbox_baseline(first.name),
-    }, ident=BUILDER)])[0]
+    return fast_import(
+        w.build,
+        [
+            Commit(
+                BUILD_BRANCH,
+                f"{d}: clone-at-pin build of lab rev {first.name}",
+                FIRST_CUT + timedelta(hours=6),
+                {
+                    "README.md": src.BUILD_README,
+                    f"{d}/versions.env": src.versions_env(
+                        rev=first.name, pins=pins, branches=first.branches
+                    ),
+                    f"{d}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, first.name)),
+                    f"{d}/build.sh": Exe(src.BUILD_SH),
+                    f"{d}/Dockerfile": src.DOCKERFILE,
+                    f"{d}/patch_cuda_sm12x.py": src.PATCH_CUDA_SM12X_PY,
+                    f"{d}/gb10-deviations.toml": src.GB10_DEVIATIONS,
+                    f"{d}/profiles/.keep": "",
+                    RECIPE: src.recipe_toml(
+                        lane="glm53-2x",
+                        image_tag=f"{d}:{first.name}-glm53",
+                        build_dir=d,
+                        profile=first.name,
+                    ),
+                    baseline_path(LANE): sandbox_baseline(first.name),
+                },
+                ident=BUILDER,
+            )
+        ],
+    )[0]
 
 
 def sandbox_baseline(rev: str) -> str:
     """The lane's recorded baseline run: sandbox/templates/bench_baseline_run.json is what the real
-    tool-eval-bench wrote (`run --short --seed 42`, tests/support/bench_run.py) against a good rev's model (a copy
+    tool-eval-bench wrote (`run --short --seed 42`,
+    tests/support/bench_run.py) against a good rev's model (a copy
     of tests/corpus/bench/teb_short_good.json)."""
     raw = (Path(__file__).parent / "templates" / "bench_baseline_run.json").read_bytes()
     run = parse_quality(raw, "sandbox/templates/bench_baseline_run.json")
-    return baseline_json(Baseline(lane=LANE, rev=rev, image_id="(recorded against sandbox/model_server.py)",
-                                  recorded_at=FIRST_CUT + timedelta(hours=7), recorded_by=f"{BUILDER[0]} <{BUILDER[1]}>",
-                                  run=run))
+    return baseline_json(
+        Baseline(
+            lane=LANE,
+            rev=rev,
+            image_id="(recorded against sandbox/model_server.py)",
+            recorded_at=FIRST_CUT + timedelta(hours=7),
+            recorded_by=f"{BUILDER[0]} <{BUILDER[1]}>",
+            run=run,
+        )
+    )
 
 
 def _complete(w: JovianRepos) -> bool:
@@ -554,8 +823,8 @@ def _complete(w: JovianRepos) -> bool:
 def jovian_up(sb: Sandbox) -> JovianRepos:
     """Create the Jovian repos under the sandbox unless they are all there (idempotent).
 
-    A partial world (an interrupted run) is removed and rebuilt: the history is deterministic, so the
-    shas come out the same.
+    A partial world (an interrupted run) is removed and rebuilt: the history is deterministic, so
+    the shas come out the same.
     """
     w = JovianRepos(repos=sb.repos)
     sb.repos.mkdir(parents=True, exist_ok=True)
@@ -573,21 +842,60 @@ def jovian_up(sb: Sandbox) -> JovianRepos:
     return w
 
 
-# The sandbox lane and its bench: the real tool-eval-bench and llama-benchy (.tools/bench, on the nodes' PATH)
-# against sandbox/model_server.py. `--short` (15 scenarios) and a small perf run keep a sandbox night short;
-# llama-benchy reads the tokenizer and book sandbox/bench_offline.py left in the node's home (no internet).
+# The sandbox lane and its bench: the real tool-eval-bench and llama-benchy (.tools/bench, on the
+# nodes' PATH) against sandbox/model_server.py. `--short` (15 scenarios) and a small perf run keep a
+# sandbox night short; llama-benchy reads the tokenizer and book
+# sandbox/bench_offline.py left in the node's home (no internet).
 LANE = "glm53-2x"
-BROKEN_MODEL_MARKER = "vllm/sandbox_model.toml"  # sandbox/model_server.py MARKER, inside the vllm package
+# sandbox/model_server.py MARKER, inside the vllm package
+BROKEN_MODEL_MARKER = "vllm/sandbox_model.toml"
 TOLERANCE = 1.0
-BENCH_QUALITY = ["tool-eval-bench", "run", "--short", "--seed", "{seed}", "--base-url", "{base_url}", "--model", "{model}",
-                 "--no-live", "--json-file", "{out}"]
-BENCH_PERF = ["llama-benchy", "--base-url", "{base_url}/v1", "--model", "{model}", "--tokenizer", "home/" + BENCH_TOKENIZER,
-              "--book-url", BENCH_BOOK_URL, "--pp", "64", "--tg", "8", "--runs", "1", "--concurrency", "1", "2",
-              "--latency-mode", "none", "--skip-coherence", "--format", "json", "--save-result", "{out}"]
+BENCH_QUALITY = [
+    "tool-eval-bench",
+    "run",
+    "--short",
+    "--seed",
+    "{seed}",
+    "--base-url",
+    "{base_url}",
+    "--model",
+    "{model}",
+    "--no-live",
+    "--json-file",
+    "{out}",
+]
+BENCH_PERF = [
+    "llama-benchy",
+    "--base-url",
+    "{base_url}/v1",
+    "--model",
+    "{model}",
+    "--tokenizer",
+    "home/" + BENCH_TOKENIZER,
+    "--book-url",
+    BENCH_BOOK_URL,
+    "--pp",
+    "64",
+    "--tg",
+    "8",
+    "--runs",
+    "1",
+    "--concurrency",
+    "1",
+    "2",
+    "--latency-mode",
+    "none",
+    "--skip-coherence",
+    "--format",
+    "json",
+    "--save-result",
+    "{out}",
+]
 
 
-# Serving on the sandbox lane (real containers running sandbox/model_server.py): a cold start takes ~2 s, a warm one well under 1 s
-# (the runbook's ~45 and ~9 minutes scaled down), so the budgets are seconds and the polls short.
+# Serving on the sandbox lane (real containers running sandbox/model_server.py): a cold start takes
+# ~2 s, a warm one well under 1 s (the runbook's ~45 and ~9 minutes
+# scaled down), so the budgets are seconds and the polls short.
 SERVE_WARM_BUDGET_S = 30.0
 SERVE_COLD_BUDGET_S = 60.0
 SERVE_POLL_S = 0.25
@@ -597,28 +905,41 @@ BUILD_POLL_S = 2.0
 
 
 def free_port() -> int:
-    """A port nothing on 127.0.0.1 listens on now: the lane head's endpoint, chosen when the site is written."""
+    """A port nothing on 127.0.0.1 listens on now: the lane
+    head's endpoint, chosen when the site is written."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def lane_section() -> LaneSection:
-    """The site's [jovian.lane]: the two lane nodes of the sandbox, how a rev serves there, and its bench
-    commands. Both nodes live on 127.0.0.1: only the head (spark-a) binds the endpoint port, spark-b
+    """The site's [jovian.lane]: the two lane nodes of the sandbox, how a rev serves there, and its
+    bench commands. Both nodes live on 127.0.0.1: only
+    the head (spark-a) binds the endpoint port, spark-b
     runs the headless worker, as on a real 2x lane."""
-    return LaneSection(name=LANE, nodes=list(LANE_NODES), bench_quality=BENCH_QUALITY, bench_perf=BENCH_PERF,
-                       tolerance=TOLERANCE, serve_port=free_port(), warm_budget_s=SERVE_WARM_BUDGET_S,
-                       cold_budget_s=SERVE_COLD_BUDGET_S, serve_poll_s=SERVE_POLL_S,
-                       gpus="")  # the nodes' engines have no GPU runtime: `--gpus` would be refused
+    return LaneSection(
+        name=LANE,
+        nodes=list(LANE_NODES),
+        bench_quality=BENCH_QUALITY,
+        bench_perf=BENCH_PERF,
+        tolerance=TOLERANCE,
+        serve_port=free_port(),
+        warm_budget_s=SERVE_WARM_BUDGET_S,
+        cold_budget_s=SERVE_COLD_BUDGET_S,
+        serve_poll_s=SERVE_POLL_S,
+        gpus="",
+    )  # the nodes' engines have no GPU runtime: `--gpus` would be refused
 
 
 def jovian_section(repos: Path) -> JovianSection:
     """The site's [jovian] table for the sandbox's repos, build node and lane."""
     w = JovianRepos(repos=repos)
     return JovianSection(
-        lab_repo=w.url("rtx6kpro"), lab_branch=LAB_BRANCH,
-        build_repo=w.url("docker-images"), build_branch=BUILD_BRANCH, build_dir=BUILD_DIR,
+        lab_repo=w.url("rtx6kpro"),
+        lab_branch=LAB_BRANCH,
+        build_repo=w.url("docker-images"),
+        build_branch=BUILD_BRANCH,
+        build_dir=BUILD_DIR,
         recipes_glob="recipes/*/recipe.toml",
         integration_branches=dict(INTEGRATION_GLOBS),
         cut_window_minutes=CUT_WINDOW_MINUTES,
@@ -635,9 +956,22 @@ _REV_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,40}$")
 
 def published_revs(w: JovianRepos) -> list[str]:
     """The lab's revs in publication order (oldest first), read from master's history."""
-    out = _text(w.lab, "log", "--reverse", "--diff-filter=A", "--name-only", "--format=",
-                f"refs/heads/{LAB_BRANCH}", "--", f"{src.LOCK_DIR}/")
-    return [Path(p).name.removesuffix(".source.lock") for p in out.splitlines() if p.endswith(".source.lock")]
+    out = _text(
+        w.lab,
+        "log",
+        "--reverse",
+        "--diff-filter=A",
+        "--name-only",
+        "--format=",
+        f"refs/heads/{LAB_BRANCH}",
+        "--",
+        f"{src.LOCK_DIR}/",
+    )
+    return [
+        Path(p).name.removesuffix(".source.lock")
+        for p in out.splitlines()
+        if p.endswith(".source.lock")
+    ]
 
 
 def _next_cut(w: JovianRepos) -> datetime:
@@ -647,8 +981,14 @@ def _next_cut(w: JovianRepos) -> datetime:
 
 
 def new_lab_rev(
-    root: Path, name: str, *, half_cut: bool = False, move_dep: bool = False, break_import: bool = False,
-    broken_model: bool = False, hold: tuple[str, ...] = (),
+    root: Path,
+    name: str,
+    *,
+    half_cut: bool = False,
+    move_dep: bool = False,
+    break_import: bool = False,
+    broken_model: bool = False,
+    hold: tuple[str, ...] = (),
 ) -> LabRev:
     """Cut a new rev across the forks and publish its source lock in the lab repo.
 
@@ -657,62 +997,109 @@ def new_lab_rev(
     at the previous rev's pins, hours older, although their branches moved on (the r28 lesson).
     `move_dep`: the new vLLM tree also moves cmake pins (FlashMLA to a new commit whose vendored
     cutlass moved, and CUTLASS_REVISION to v4.7.1), so the fetch-deps dep table is stale.
-    `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but the
-    `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
-    `broken_model`: the new vLLM commit carries `vllm/sandbox_model.toml` (quality = "broken"): the image
-    builds, boots and serves, but its model never calls a tool, so it benches under the baseline.
-    `hold`: packages held on purpose (the runbook's r39 holds LMCache at 29bc5a2e): nothing is pushed to
-    their forks and the lock keeps the previous rev's pins, while the other forks are one cut.
+    `break_import`: the new vLLM commit deletes `vllm/_flashkda_C.py`: the image still builds, but
+    the `flashkda_extension` boot gate (`import vllm._flashkda_C`) fails.
+    `broken_model`: the new vLLM commit carries `vllm/sandbox_model.toml` (quality = "broken"): the
+    image builds, boots and serves, but its model never calls a tool, so it benches under the
+    baseline. `hold`: packages held on purpose (the runbook's r39 holds LMCache at 29bc5a2e):
+    nothing is pushed to their forks and the lock keeps the previous
+    rev's pins, while the other forks are one cut.
     """
     if not _REV_NAME.match(name):
-        raise LockstepError(f"{name!r} is not a rev name (letters, digits, '.', '_', '-'; like r28)")
+        raise LockstepError(
+            f"{name!r} is not a rev name (letters, digits, '.', '_', '-'; like r28)"
+        )
     if unknown := [p for p in hold if p not in PACKAGES]:
-        raise LockstepError(f"cannot hold {', '.join(unknown)}: the forks are {', '.join(PACKAGES)}")
+        raise LockstepError(
+            f"cannot hold {', '.join(unknown)}: the forks are {', '.join(PACKAGES)}"
+        )
     sb = _existing(root)
     w = jovian_up(sb)
     if _exists(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(name)):
-        raise LockstepError(f"{w.url('rtx6kpro')} already has {lock_path(name)}: a rev is published once; pick a new name")
+        raise LockstepError(
+            f"{w.url('rtx6kpro')} already has {lock_path(name)}: a rev is published once; pick a "
+            "new name"
+        )
     revs = published_revs(w)
     if not revs:
-        raise LockstepError(f"{w.url('rtx6kpro')} has no source lock under {src.LOCK_DIR}/ to follow")
+        raise LockstepError(
+            f"{w.url('rtx6kpro')} has no source lock under {src.LOCK_DIR}/ to follow"
+        )
     prev = revs[-1]
     prev_lock = src.parse_lock(_show(w.lab, f"refs/heads/{LAB_BRANCH}", lock_path(prev)))
-    return _publish_rev(w, name, _next_cut(w), previous=(prev, prev_lock), half_cut=half_cut, move_dep=move_dep,
-                        break_import=break_import, broken_model=broken_model, hold=tuple(hold))
+    return _publish_rev(
+        w,
+        name,
+        _next_cut(w),
+        previous=(prev, prev_lock),
+        half_cut=half_cut,
+        move_dep=move_dep,
+        break_import=break_import,
+        broken_model=broken_model,
+        hold=tuple(hold),
+    )
 
 
 def _existing(root: Path) -> Sandbox:
     """The sandbox at `root`; these cut into an existing one (`lockstep sandbox up` makes it)."""
     sb = Sandbox(root=root.resolve())
     if not sb.site_file.is_file():
-        raise LockstepError(f"no sandbox at {sb.root} (no {sb.site_file.name}): run `lockstep sandbox up` first")
+        raise LockstepError(
+            f"no sandbox at {sb.root} (no {sb.site_file.name}): run `lockstep sandbox up` first"
+        )
     return sb
 
 
-_GATE_LINE = re.compile(r"^gate (\S+) +(\S+) (\S+)$", re.M)
+_GATE_LINE = re.compile(r"^gate (\S+) +(\S+) (\S+)$", re.MULTILINE)
 
 
-def add_lineage(root: Path, build_dir: str, *, from_rev: str, moved_deps: dict[str, str] | None = None) -> str:
-    """Split a build lineage off the current one, as the runbook's r39 did (`jovian-judgement-r39/`):
-    the build repo gets `build_dir` with the base dir's versions.env, build.sh and Dockerfile, its own
-    profiles/ and a fetch-deps.sh whose gates carry `moved_deps` (cmake dep -> new tag, e.g. a LabRev's
-    moved_deps), and the site file a `[[jovian.lineages]]` entry. Returns the build repo's new commit."""
+def add_lineage(
+    root: Path, build_dir: str, *, from_rev: str, moved_deps: dict[str, str] | None = None
+) -> str:
+    """Split a build lineage off the current one, as the runbook's r39 did
+    (`jovian-judgement-r39/`): the build repo gets `build_dir` with the base dir's versions.env,
+    build.sh and Dockerfile, its own profiles/ and a fetch-deps.sh whose gates carry
+    `moved_deps` (cmake dep -> new tag, e.g. a LabRev's
+    moved_deps), and the site file a `[[jovian.lineages]]`
+    entry. Returns the build repo's new commit."""
     sb = _existing(root)
     w = jovian_up(sb)
     tip = _tip(w.build, f"refs/heads/{BUILD_BRANCH}")
     base_gates = _show(w.build, tip, f"{BUILD_DIR}/fetch-deps.sh")
-    gates = [src.Gate(name=n, repository=r, tag=(moved_deps or {}).get(n, t)) for n, r, t in _GATE_LINE.findall(base_gates)]
+    gates = [
+        src.Gate(name=n, repository=r, tag=(moved_deps or {}).get(n, t))
+        for n, r, t in _GATE_LINE.findall(base_gates)
+    ]
     versions = _show(w.build, tip, f"{BUILD_DIR}/versions.env")
-    commit = fast_import(w.build, [Commit(BUILD_BRANCH, f"{build_dir}: new build lineage from {from_rev} (every cmake pin moved)",
-                                          _commit_time(w.build, tip) + timedelta(hours=1), {
-        f"{build_dir}/versions.env": versions.replace(f"# {BUILD_DIR} pins:", f"# {build_dir} pins (lineage from {from_rev}):", 1),
-        f"{build_dir}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, from_rev)),
-        f"{build_dir}/build.sh": Exe(_show(w.build, tip, f"{BUILD_DIR}/build.sh")),
-        f"{build_dir}/Dockerfile": _show(w.build, tip, f"{BUILD_DIR}/Dockerfile"),
-        f"{build_dir}/profiles/.keep": "",
-    }, parent=tip, ident=BUILDER)])[0]
-    # The site file as the sandbox writes it says `lineages = []` in [jovian]: an array of tables cannot follow that.
-    text = re.sub(r"^lineages = \[\]\n", "", sb.site_file.read_text(encoding="utf-8"), flags=re.M)
-    sb.site_file.write_text(text.rstrip("\n") + f'\n\n[[jovian.lineages]]\ndir = "{build_dir}"\nfrom_rev = "{from_rev}"\n',
-                            encoding="utf-8")
+    commit = fast_import(
+        w.build,
+        [
+            Commit(
+                BUILD_BRANCH,
+                f"{build_dir}: new build lineage from {from_rev} (every cmake pin moved)",
+                _commit_time(w.build, tip) + timedelta(hours=1),
+                {
+                    f"{build_dir}/versions.env": versions.replace(
+                        f"# {BUILD_DIR} pins:", f"# {build_dir} pins (lineage from {from_rev}):", 1
+                    ),
+                    f"{build_dir}/fetch-deps.sh": Exe(src.fetch_deps_sh(gates, from_rev)),
+                    f"{build_dir}/build.sh": Exe(_show(w.build, tip, f"{BUILD_DIR}/build.sh")),
+                    f"{build_dir}/Dockerfile": _show(w.build, tip, f"{BUILD_DIR}/Dockerfile"),
+                    f"{build_dir}/profiles/.keep": "",
+                },
+                parent=tip,
+                ident=BUILDER,
+            )
+        ],
+    )[0]
+    # The site file as the sandbox writes it says `lineages =
+    # []` in [jovian]: an array of tables cannot follow that.
+    text = re.sub(
+        r"^lineages = \[\]\n", "", sb.site_file.read_text(encoding="utf-8"), flags=re.MULTILINE
+    )
+    sb.site_file.write_text(
+        text.rstrip("\n")
+        + f'\n\n[[jovian.lineages]]\ndir = "{build_dir}"\nfrom_rev = "{from_rev}"\n',
+        encoding="utf-8",
+    )
     return commit

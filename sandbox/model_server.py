@@ -2,16 +2,18 @@
 
 Only the model is simulated (no GPU, no weights here); the bench tools that talk to it are the real
 `tool-eval-bench` 3.0.0 and `llama-benchy` 0.4.0. It answers what their adapters ask
-(tool_eval_bench/adapters/openai_compat.py, tool_eval_bench/utils/metadata.py, llama_benchy/client.py):
+(tool_eval_bench/adapters/openai_compat.py,
+tool_eval_bench/utils/metadata.py, llama_benchy/client.py):
 
     GET  /health /ping /version /v1/models
-    POST /v1/chat/completions   (tools + tool_choice; `stream: true` as SSE with `stream_options.include_usage`)
-    POST /v1/completions
+    POST /v1/chat/completions   (tools + tool_choice; `stream: true` as SSE with
+    `stream_options.include_usage`) POST /v1/completions
 
 and it starts the way vLLM's OpenAI API server does (vllm/entrypoints/openai/api_server.py under
 uvicorn): the `GPU KV cache size: N tokens` line of the engine's profiling run, then uvicorn's
 `Application startup complete.`; the port is bound only then, so nothing answers before startup.
-Each answered request is one uvicorn-style access-log line. SIGTERM exits 0 (uvicorn's graceful stop).
+Each answered request is one uvicorn-style access-log
+line. SIGTERM exits 0 (uvicorn's graceful stop).
 
 It is the image's ``vllm`` command: the sandbox lab's vLLM fork vendors this file as
 ``vllm/entrypoints/cli/main.py`` with the console script ``vllm = vllm.entrypoints.cli.main:main``
@@ -20,16 +22,17 @@ Python, exactly as the recipe's serve command is written:
 
     vllm serve MODEL --served-model-name NAME --host 0.0.0.0 --port N [--headless --node-rank R] ...
 
-What it serves comes from the installed ``vllm`` package: its version (the engine string) and, when the
-lab committed one in the fork, ``vllm/sandbox_model.toml``: ``quality = "broken"`` serves a model that
-never calls a tool and answers every question with the same refusal (it scores low); ``fault = "exit"``
-dies at start with vLLM's CUDA out-of-memory error; ``fault = "hang"`` never reaches its KV-cache line;
-``cold_s``/``warm_s`` change the start delays. The GPU's JIT kernels are the container's bind mounts
-under $HOME (the site's JIT cache dir): all populated is a warm start (~9 min scaled to 0.3 s),
-otherwise cold (~45 min scaled to 2 s), and a start that got ready fills them. Otherwise the model is
-"good": it calls the offered tool whose name and description best match the user's words, fills the
-required arguments from the schema and the message, and after a tool result answers with it. Same
-request, same answer: there is no randomness but the request's own `seed`, which only breaks ties.
+What it serves comes from the installed ``vllm`` package: its version (the engine string) and, when
+the lab committed one in the fork, ``vllm/sandbox_model.toml``: ``quality = "broken"`` serves a
+model that never calls a tool and answers every question with the same refusal (it scores low);
+``fault = "exit"`` dies at start with vLLM's CUDA out-of-memory error; ``fault = "hang"`` never
+reaches its KV-cache line; ``cold_s``/``warm_s`` change the start delays. The GPU's JIT kernels are
+the container's bind mounts under $HOME (the site's JIT cache dir): all populated is a warm start
+(~9 min scaled to 0.3 s), otherwise cold (~45 min scaled to 2 s), and a start that got ready fills
+them. Otherwise the model is "good": it calls the offered tool whose name and description best match
+the user's words, fills the required arguments from the schema and the message, and after a tool
+result answers with it. Same request, same answer: there is no randomness
+but the request's own `seed`, which only breaks ties.
 """
 
 from __future__ import annotations
@@ -54,14 +57,52 @@ from pathlib import Path
 from typing import Any
 
 KV_CACHE_TOKENS = "1,234,560"
-COLD_S = (1.5, 0.5)  # seconds to the KV-cache line, then to application startup: ~45 min scaled down
+# seconds to the KV-cache line, then to application startup: ~45 min scaled down
+COLD_S = (1.5, 0.5)
 WARM_S = (0.2, 0.1)  # ~9 min scaled down
 MARKER = "sandbox_model.toml"
 DECODE_S = 0.002  # per generated token on llama-benchy's load requests
 MAX_BODY = 8 * 1024 * 1024
-_WORD = re.compile(r"\w+|[^\w\s]")  # the tokens it counts; the offline llama-benchy tokenizer splits alike
-_STOP = frozenset("a an the to of for in on and or is are be me my i you your it this that with what please "
-                  "can could would should do does from at by as".split())
+# the tokens it counts; the offline llama-benchy tokenizer splits alike
+_WORD = re.compile(r"\w+|[^\w\s]")
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "to",
+        "of",
+        "for",
+        "in",
+        "on",
+        "and",
+        "or",
+        "is",
+        "are",
+        "be",
+        "me",
+        "my",
+        "i",
+        "you",
+        "your",
+        "it",
+        "this",
+        "that",
+        "with",
+        "what",
+        "please",
+        "can",
+        "could",
+        "would",
+        "should",
+        "do",
+        "does",
+        "from",
+        "at",
+        "by",
+        "as",
+    ]
+)
 
 
 def count_tokens(text: str) -> int:
@@ -73,14 +114,16 @@ class Model:
     name: str
     quality: str  # "good" | "broken"
     engine_version: str
-    fault: str | None = None  # "exit": the engine dies at start; "hang": it never reaches its KV-cache line
+    # "exit": the engine dies at start; "hang": it never reaches its KV-cache line
+    fault: str | None = None
     cold_s: tuple[float, float] = COLD_S
     warm_s: tuple[float, float] = WARM_S
 
     @classmethod
     def installed(cls, name: str) -> Model:
         """The model the image's installed vllm package serves: its version, and what its
-        ``vllm/sandbox_model.toml`` (committed in the sandbox lab's fork when a rev is meant to misbehave) says."""
+        ``vllm/sandbox_model.toml`` (committed in the sandbox
+        lab's fork when a rev is meant to misbehave) says."""
         spec = importlib.util.find_spec("vllm")
         pkg = Path(spec.origin).parent if spec and spec.origin else None
         try:
@@ -90,9 +133,14 @@ class Model:
         knobs: dict[str, Any] = {}
         if pkg is not None and (pkg / MARKER).is_file():
             knobs = tomllib.loads((pkg / MARKER).read_text(encoding="utf-8"))
-        return cls(name=name, quality=str(knobs.get("quality", "good")), engine_version=version,
-                   fault=knobs.get("fault"), cold_s=tuple(knobs.get("cold_s", COLD_S)),  # type: ignore[arg-type]
-                   warm_s=tuple(knobs.get("warm_s", WARM_S)))  # type: ignore[arg-type]
+        return cls(
+            name=name,
+            quality=str(knobs.get("quality", "good")),
+            engine_version=version,
+            fault=knobs.get("fault"),
+            cold_s=tuple(knobs.get("cold_s", COLD_S)),  # type: ignore[arg-type]
+            warm_s=tuple(knobs.get("warm_s", WARM_S)),
+        )  # type: ignore[arg-type]
 
 
 # ---- what the model says -----------------------------------------------------------------------
@@ -120,7 +168,7 @@ def _value_for(name: str, schema: dict[str, Any], text: str) -> Any:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         lowered = text.lower()
         return next((v for v in schema["enum"] if str(v).lower() in lowered), schema["enum"][0])
     if kind in ("integer", "number"):
@@ -136,9 +184,14 @@ def _value_for(name: str, schema: dict[str, Any], text: str) -> Any:
     quoted = re.findall(r"[\"']([^\"']{1,80})[\"']", text)
     if quoted:
         return quoted[0]
-    # A name-like phrase (capitalised words) is what most string arguments want: a city, a person, a file.
+    # A name-like phrase (capitalised words) is what most
+    # string arguments want: a city, a person, a file.
     caps = re.findall(r"\b[A-Z][\w.@-]*(?:\s+[A-Z][\w.@-]*)*", text)
-    caps = [c for c in caps if c.lower() not in _STOP and c.split()[0] not in ("I", "What", "Please", "Can")]
+    caps = [
+        c
+        for c in caps
+        if c.lower() not in _STOP and c.split()[0] not in ("I", "What", "Please", "Can")
+    ]
     if caps:
         return caps[0]
     hint = _words(name.replace("_", " "))
@@ -146,7 +199,9 @@ def _value_for(name: str, schema: dict[str, Any], text: str) -> Any:
     return next((w.strip(".,?!") for w in words if w.lower() in hint), " ".join(words[:6]) or name)
 
 
-def _pick_tool(tools: list[dict[str, Any]], text: str, choice: Any, seed: int) -> dict[str, Any] | None:
+def _pick_tool(
+    tools: list[dict[str, Any]], text: str, choice: Any, seed: int
+) -> dict[str, Any] | None:
     if isinstance(choice, dict):
         wanted = (choice.get("function") or {}).get("name")
         return next((t for t in tools if (t.get("function") or {}).get("name") == wanted), None)
@@ -166,7 +221,9 @@ def answer(model: Model, body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message for a chat request: {"content": str} or {"tool_calls": [...]}."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     last = messages[-1] if messages else {}
-    user = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    user = next(
+        (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
     if model.quality == "broken":
         return {"content": "I am sorry, I cannot help with that."}
     if "capital of france" in user.lower():
@@ -184,16 +241,30 @@ def answer(model: Model, body: dict[str, Any]) -> dict[str, Any]:
             fn = tool.get("function") or {}
             params = fn.get("parameters") or {}
             props = params.get("properties") or {}
-            args = {k: _value_for(k, props.get(k) or {}, user) for k in params.get("required") or []}
-            call_id = "call_" + hashlib.sha256(json.dumps([fn.get("name"), args, len(messages)],
-                                                          sort_keys=True).encode()).hexdigest()[:16]
-            return {"tool_calls": [{"id": call_id, "type": "function",
-                                    "function": {"name": fn.get("name", ""), "arguments": json.dumps(args)}}]}
+            args = {
+                k: _value_for(k, props.get(k) or {}, user) for k in params.get("required") or []
+            }
+            call_id = (
+                "call_"
+                + hashlib.sha256(
+                    json.dumps([fn.get("name"), args, len(messages)], sort_keys=True).encode()
+                ).hexdigest()[:16]
+            )
+            return {
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": fn.get("name", ""), "arguments": json.dumps(args)},
+                    }
+                ]
+            }
     return {"content": "I can answer that directly: " + " ".join(user.split()[:40])}
 
 
 def filler(n: int) -> list[str]:
-    """`n` deterministic tokens for generation benchmarks (each a word the token counter counts once)."""
+    """`n` deterministic tokens for generation benchmarks
+    (each a word the token counter counts once)."""
     return [f" tok{i % 97}" for i in range(n)]
 
 
@@ -206,11 +277,16 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     model: Model  # set on the class by serve()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _access(self, status: int) -> None:
-        phrase = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Request Entity Too Large"}.get(status, "")
+        phrase = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            413: "Request Entity Too Large",
+        }.get(status, "")
         host, port = self.client_address[:2]
         emit(f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}')
 
@@ -224,8 +300,16 @@ class Handler(BaseHTTPRequestHandler):
         self._access(status)
 
     def _error(self, status: int, message: str) -> None:
-        self._json(status, {"object": "error", "message": message, "type": "BadRequestError", "param": None,
-                            "code": status})
+        self._json(
+            status,
+            {
+                "object": "error",
+                "message": message,
+                "type": "BadRequestError",
+                "param": None,
+                "code": status,
+            },
+        )
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -237,9 +321,24 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/version":
             self._json(200, {"version": self.model.engine_version})
         elif path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{
-                "id": self.model.name, "object": "model", "created": 0, "owned_by": "vllm", "root": self.model.name,
-                "parent": None, "max_model_len": 32768, "permission": []}]})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.model.name,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "vllm",
+                            "root": self.model.name,
+                            "parent": None,
+                            "max_model_len": 32768,
+                            "permission": [],
+                        }
+                    ],
+                },
+            )
         else:
             self._error(404, "Not Found")
 
@@ -273,33 +372,78 @@ class Handler(BaseHTTPRequestHandler):
             prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else ""
             self._complete(body, count_tokens(prompt), chat=False)
         else:
-            prompt = " ".join(_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict))
-            self._complete(body, count_tokens(prompt) + 2 * len(body.get("messages") or []), chat=True)
+            prompt = " ".join(
+                _text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)
+            )
+            self._complete(
+                body, count_tokens(prompt) + 2 * len(body.get("messages") or []), chat=True
+            )
 
     def _complete(self, body: dict[str, Any], prompt_tokens: int, chat: bool) -> None:
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 256
         max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 256
-        rid = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:24]
-        if chat and (body.get("messages") and not body.get("min_tokens")) and not _is_bench_load(body):
+        rid = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[
+            :24
+        ]
+        if (
+            chat
+            and (body.get("messages") and not body.get("min_tokens"))
+            and not _is_bench_load(body)
+        ):
             message = answer(self.model, body)
         else:
             message = {"content": "".join(filler(max_tokens))}
-        pieces = [m.group() for m in re.finditer(r"\s*\S+", message.get("content") or "")][:max_tokens]
+        pieces = [m.group() for m in re.finditer(r"\s*\S+", message.get("content") or "")][
+            :max_tokens
+        ]
         if "content" in message:
             message["content"] = "".join(pieces)
-        finish = "tool_calls" if "tool_calls" in message else ("length" if len(pieces) >= max_tokens else "stop")
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max(len(pieces), 1 if "tool_calls" in message else 0)}
+        finish = (
+            "tool_calls"
+            if "tool_calls" in message
+            else ("length" if len(pieces) >= max_tokens else "stop")
+        )
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": max(len(pieces), 1 if "tool_calls" in message else 0),
+        }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        base = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}", "created": 0, "model": self.model.name}
+        base = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
+            "created": 0,
+            "model": self.model.name,
+        }
         if not body.get("stream"):
             if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": message.get("content"),
-                                                  "tool_calls": message.get("tool_calls", [])},
-                          "finish_reason": finish, "logprobs": None}
-                self._json(200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+                choice = {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": message.get("content"),
+                        "tool_calls": message.get("tool_calls", []),
+                    },
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+                self._json(
+                    200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+                )
             else:
-                self._json(200, {**base, "object": "text_completion", "usage": usage,
-                                 "choices": [{"index": 0, "text": message.get("content", ""), "finish_reason": finish}]})
+                self._json(
+                    200,
+                    {
+                        **base,
+                        "object": "text_completion",
+                        "usage": usage,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": message.get("content", ""),
+                                "finish_reason": finish,
+                            }
+                        ],
+                    },
+                )
             return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -311,31 +455,46 @@ class Handler(BaseHTTPRequestHandler):
         for chunk in _chunks(message, pieces, finish, chat, want_ids):
             if want_ids:
                 time.sleep(DECODE_S)  # a token at a time, so llama-benchy measures a decode rate
-            self.wfile.write(b"data: " + json.dumps({**base, "object": obj, **chunk}).encode() + b"\n\n")
+            self.wfile.write(
+                b"data: " + json.dumps({**base, "object": obj, **chunk}).encode() + b"\n\n"
+            )
             self.wfile.flush()
         if (body.get("stream_options") or {}).get("include_usage"):
-            self.wfile.write(b"data: " + json.dumps({**base, "object": obj, "choices": [], "usage": usage}).encode()
-                             + b"\n\n")
+            self.wfile.write(
+                b"data: "
+                + json.dumps({**base, "object": obj, "choices": [], "usage": usage}).encode()
+                + b"\n\n"
+            )
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self._access(200)
 
 
 def _is_bench_load(body: dict[str, Any]) -> bool:
-    """llama-benchy's generation requests ask for token ids; they get `max_tokens` tokens, as a GPU would."""
+    """llama-benchy's generation requests ask for token
+    ids; they get `max_tokens` tokens, as a GPU would."""
     return bool(body.get("return_token_ids"))
 
 
-def _chunks(message: dict[str, Any], pieces: list[str], finish: str, chat: bool,
-            want_ids: bool) -> Iterator[dict[str, Any]]:
+def _chunks(
+    message: dict[str, Any], pieces: list[str], finish: str, chat: bool, want_ids: bool
+) -> Iterator[dict[str, Any]]:
     if not chat:
         for piece in pieces:
             yield {"choices": [{"index": 0, "text": piece, "finish_reason": None}]}
         yield {"choices": [{"index": 0, "text": "", "finish_reason": finish}]}
         return
-    yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    yield {
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        ]
+    }
     for i, call in enumerate(message.get("tool_calls", [])):
-        yield {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, **call}]}, "finish_reason": None}]}
+        yield {
+            "choices": [
+                {"index": 0, "delta": {"tool_calls": [{"index": i, **call}]}, "finish_reason": None}
+            ]
+        }
     for n, piece in enumerate(pieces):
         choice: dict[str, Any] = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
         if want_ids:
@@ -354,8 +513,10 @@ def emit(line: str) -> None:
 
 
 def jit_caches() -> list[Path]:
-    """The JIT kernel caches this container was given: the bind mounts under $HOME (``-v DIR:/root/...``),
-    read from /proc/self/mountinfo. Empty ones mean a cold start; a start that got ready fills them."""
+    """The JIT kernel caches this container was given:
+    the bind mounts under $HOME (``-v DIR:/root/...``),
+    read from /proc/self/mountinfo. Empty ones mean a
+    cold start; a start that got ready fills them."""
     home = os.environ.get("HOME", "/root").rstrip("/") + "/"
     found = []
     with contextlib.suppress(OSError):
@@ -386,8 +547,13 @@ def crash(model: Model) -> int:
     emit(f"INFO {_stamp()} [api_server.py] vLLM API server version {model.engine_version}")
     time.sleep(0.2)
     emit(f"ERROR {_stamp()} [core.py] EngineCore failed to start.")
-    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-          "of 119.70 GiB of which 1.12 GiB is free.", file=sys.stderr, flush=True)
+    print(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity "
+        "of 119.70 GiB of which 1.12 GiB is free.",
+        file=sys.stderr,
+        flush=True,
+    )
     return 1
 
 
@@ -396,7 +562,10 @@ def headless(model: Model, rank: str, caches: list[Path], kv_s: float) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    emit(f"INFO {_stamp()} [multiproc_executor.py] headless worker, node rank {rank}: waiting for the head")
+    emit(
+        f"INFO {_stamp()} [multiproc_executor.py] headless worker, node rank {rank}: waiting for "
+        "the head"
+    )
     if not stop.wait(kv_s):
         emit(f"INFO {_stamp()} [gpu_worker.py] JIT kernels ready")
         fill_jit_caches(caches, model.engine_version)
@@ -416,13 +585,22 @@ def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     emit(f"INFO {_stamp()} [api_server.py] vLLM API server version {model.engine_version}")
-    emit(f"INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py] args: model={model.name!r}, host={host!r}, "
-         f"port={port}, served_model_name=[{model.name!r}]")
+    emit(
+        f"INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py] args: model={model.name!r}, "
+        f"host={host!r}, "
+        f"port={port}, served_model_name=[{model.name!r}]"
+    )
     if stop.wait(kv_after_s):
         return 0
-    emit(f"INFO {time.strftime('%m-%d %H:%M:%S')} [kv_cache_utils.py] GPU KV cache size: {KV_CACHE_TOKENS} tokens")
-    emit(f"INFO {time.strftime('%m-%d %H:%M:%S')} [kv_cache_utils.py] Maximum concurrency for 32,768 tokens per "
-         "request: 37.68x")
+    emit(
+        f"INFO {time.strftime('%m-%d %H:%M:%S')} [kv_cache_utils.py] GPU KV cache size: "
+        f"{KV_CACHE_TOKENS} tokens"
+    )
+    emit(
+        f"INFO {time.strftime('%m-%d %H:%M:%S')} [kv_cache_utils.py] Maximum concurrency for "
+        "32,768 tokens per "
+        "request: 37.68x"
+    )
     if stop.wait(startup_after_s):
         return 0
     Handler.model = model
@@ -434,7 +612,10 @@ def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s
     emit("INFO:     Waiting for application startup.")
     emit("INFO:     Application startup complete.")
     fill_jit_caches(jit_caches(), model.engine_version)
-    emit(f"INFO:     Uvicorn running on http://{host}:{httpd.server_address[1]} (Press CTRL+C to quit)")
+    emit(
+        f"INFO:     Uvicorn running on http://{host}:{httpd.server_address[1]} (Press CTRL+C to "
+        "quit)"
+    )
     if not stop.is_set():
         httpd.serve_forever(poll_interval=0.1)
     httpd.server_close()
@@ -444,8 +625,9 @@ def serve(model: Model, host: str, port: int, kv_after_s: float, startup_after_s
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``vllm serve MODEL [--served-model-name N] [--host H] [--port P] [--headless] [--node-rank R] ...``:
-    the options vLLM's CLI takes (vllm/entrypoints/cli/serve.py); the ones that only matter on a GPU
+    """``vllm serve MODEL [--served-model-name N] [--host H] [--port P] [--headless] [--node-rank R]
+    ...``: the options vLLM's CLI takes
+    (vllm/entrypoints/cli/serve.py); the ones that only matter on a GPU
     (tensor parallelism, master address) are accepted and ignored."""
     parser = argparse.ArgumentParser(prog="vllm", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -469,8 +651,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return serve(model, args.host, args.port, kv_s, startup_s)
     except OSError as exc:
-        emit(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address ({args.host!r}, {args.port}): "
-             f"{exc.strerror}")
+        emit(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"({args.host!r}, {args.port}): "
+            f"{exc.strerror}"
+        )
         return 1
 
 

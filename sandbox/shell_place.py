@@ -18,9 +18,18 @@ import re
 import shlex
 from collections.abc import Callable
 
-PLAIN, SINGLE, DOUBLE, HEREDOC, HEREDOC_LITERAL, COMMENT = "plain", "single", "double", "heredoc", "literal", "comment"
+PLAIN, SINGLE, DOUBLE, HEREDOC, HEREDOC_LITERAL, COMMENT = (
+    "plain",
+    "single",
+    "double",
+    "heredoc",
+    "literal",
+    "comment",
+)
 _WORD_START = " \t\n;|&()<>"
-_HEREDOC_WORD = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([A-Za-z_][A-Za-z0-9_]*))")
+_HEREDOC_WORD = re.compile(
+    r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([A-Za-z_][A-Za-z0-9_]*))"
+)
 
 
 class ShellPlaceError(ValueError):
@@ -28,7 +37,8 @@ class ShellPlaceError(ValueError):
 
 
 def contexts(script: str) -> list[str]:
-    """How bash reads each character of `script`: one of PLAIN, SINGLE, DOUBLE, HEREDOC, HEREDOC_LITERAL, COMMENT."""
+    """How bash reads each character of `script`: one of PLAIN,
+    SINGLE, DOUBLE, HEREDOC, HEREDOC_LITERAL, COMMENT."""
     n = len(script)
     out = [PLAIN] * n
     stack = [PLAIN]  # PLAIN or DOUBLE; a `$(` or `(` pushes PLAIN, its `)` pops
@@ -88,8 +98,18 @@ def contexts(script: str) -> list[str]:
         elif script.startswith("<<", i) and not script.startswith("<<<", i):
             m = _HEREDOC_WORD.match(script, i)
             if m:
-                quoted = m.group(2) is not None or m.group(3) is not None or script[m.end(1):m.start(4)].strip().startswith("\\")
-                word = m.group(2) if m.group(2) is not None else m.group(3) if m.group(3) is not None else m.group(4)
+                quoted = (
+                    m.group(2) is not None
+                    or m.group(3) is not None
+                    or script[m.end(1) : m.start(4)].strip().startswith("\\")
+                )
+                word = (
+                    m.group(2)
+                    if m.group(2) is not None
+                    else m.group(3)
+                    if m.group(3) is not None
+                    else m.group(4)
+                )
                 pending.append((word, quoted, m.group(1) == "-"))
                 for j in range(i, m.end()):
                     out[j] = PLAIN
@@ -103,7 +123,9 @@ def contexts(script: str) -> list[str]:
     return out
 
 
-def _heredoc_bodies(script: str, start: int, pending: list[tuple[str, bool, bool]], out: list[str]) -> int:
+def _heredoc_bodies(
+    script: str, start: int, pending: list[tuple[str, bool, bool]], out: list[str]
+) -> int:
     """Mark each pending here-doc's body from `start`; the index after the last delimiter line."""
     i = start
     for word, quoted, dash in pending:
@@ -133,13 +155,17 @@ def quoted_for(context: str, path: str) -> str:
     if context == SINGLE:
         return "'" + shlex.quote(path) + "'"
     raise ShellPlaceError(
-        f"{path!r} holds characters a shell reads specially and stands in a quoted here-doc, where no "
+        f"{path!r} holds characters a shell reads specially and stands in a quoted here-doc, "
+        "where no "
         "quoting applies: it cannot be placed there as data"
     )
 
 
-def replace_paths(script: str, pattern: re.Pattern[str], path_for: Callable[[re.Match[str]], str]) -> str:
-    """`script` with each match of `pattern` outside comments replaced by `path_for(match)`, quoted for its spot."""
+def replace_paths(
+    script: str, pattern: re.Pattern[str], path_for: Callable[[re.Match[str]], str]
+) -> str:
+    """`script` with each match of `pattern` outside comments
+    replaced by `path_for(match)`, quoted for its spot."""
     where = contexts(script)
 
     def one(m: re.Match[str]) -> str:

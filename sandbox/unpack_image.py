@@ -1,4 +1,5 @@
-"""Unpack an image's layers into a directory (the sandbox's stand-in for a container runtime pulling it).
+"""Unpack an image's layers into a directory (the
+sandbox's stand-in for a container runtime pulling it).
 
 Run by the fake iris before a non-build job: TASK_IMAGE names the image, IMAGE_ROOT the target.
 Layers are applied bottom-up with OCI whiteouts honoured, so the job sees exactly the image.
@@ -32,9 +33,12 @@ def unpack(registry: Registry, *, repository: str, reference: str, root: Path) -
         raise SystemExit(f"{repository}@{reference}: not in the registry")
     root.mkdir(parents=True, exist_ok=True)
     for layer in manifest.layers:
-        # A seekable copy of the layer: a hard link whose target cannot be linked is extracted again from
-        # the archive, which a stream cannot do.
-        with registry.open_blob(repository=repository, digest=layer.digest) as blob, tempfile.TemporaryFile() as copy:
+        # A seekable copy of the layer: a hard link whose target cannot be linked is extracted again
+        # from the archive, which a stream cannot do.
+        with (
+            registry.open_blob(repository=repository, digest=layer.digest) as blob,
+            tempfile.TemporaryFile() as copy,
+        ):
             shutil.copyfileobj(blob, copy)
             copy.seek(0)
             with tarfile.open(fileobj=copy, mode="r:*") as tar:
@@ -43,12 +47,14 @@ def unpack(registry: Registry, *, repository: str, reference: str, root: Path) -
 
 
 def _apply(tar: tarfile.TarFile, root: Path) -> None:
-    """One layer over `root`: OCI whiteouts remove, everything else is extracted (tar filter: nothing
+    """One layer over `root`: OCI whiteouts remove,
+    everything else is extracted (tar filter: nothing
     lands outside `root`; absolute symlink targets are kept, as a container runtime keeps them)."""
     with tar:
         for member in tar:
             rel = Path(member.name.lstrip("./"))
-            if rel.is_absolute() or ".." in rel.parts:  # a whiteout must not remove anything outside root
+            # a whiteout must not remove anything outside root
+            if rel.is_absolute() or ".." in rel.parts:
                 raise SystemExit(f"layer member {member.name!r} leaves the image root")
             if rel.name == ".wh..wh..opq":
                 for child in (root / rel.parent).glob("*"):
@@ -66,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ref = ImageRef.parse(os.environ["TASK_IMAGE"])
     root = Path(os.environ["IMAGE_ROOT"])
-    count = unpack(registry_for(load_site(args.site)), repository=ref.repository, reference=ref.reference, root=root)
+    count = unpack(
+        registry_for(load_site(args.site)),
+        repository=ref.repository,
+        reference=ref.reference,
+        root=root,
+    )
     print(f"unpacked {count} layers of {ref} into {root}")
     return 0
 

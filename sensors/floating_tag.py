@@ -1,4 +1,5 @@
-"""floating_tag_watch: one registry read per tick; a state of the floating tag the log lacks is recorded.
+"""floating_tag_watch: one registry read per tick; a
+state of the floating tag the log lacks is recorded.
 
 (A tick that finds a difference reads the tag once more, under the lock, before it records.)
 
@@ -36,20 +37,27 @@ def build_floating_tag_watch(*, minimum_interval_seconds: int = 30) -> dg.Sensor
         default_status=default_sensor_status(),
         description=(
             "Reads the floating tag's digest once per tick and compares it with the promotion log "
-            "(tpu/floating_tag). When they differ it records the state it found: the move of a run that "
-            "died after its write (from the run's logged intent), or an `observed` move made outside "
-            "lockstep, with the hold unchanged. Unchanged: a skip reason naming the digest. Registry "
+            "(tpu/floating_tag). When they differ it records the state it found: the move of a "
+            "run that "
+            "died after its write (from the run's logged intent), or an `observed` move made "
+            "outside "
+            "lockstep, with the hold unchanged. Unchanged: a skip reason naming the digest. "
+            "Registry "
             "unreachable or a move in progress: a skip reason, nothing recorded. Starts no runs."
         ),
     )
-    def floating_tag_watch(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SkipReason:
+    def floating_tag_watch(
+        context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry
+    ) -> dg.SkipReason:
         with tick_budget(site):
             return _tick(context, site, registry)
 
     return floating_tag_watch
 
 
-def _tick(context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry) -> dg.SkipReason:
+def _tick(
+    context: dg.SensorEvaluationContext, site: SiteResource, registry: Registry
+) -> dg.SkipReason:
     """One tick of floating_tag_watch, inside its budget."""
     try:
         cfg = site.config()
@@ -62,8 +70,11 @@ def _tick(context: dg.SensorEvaluationContext, site: SiteResource, registry: Reg
         return dg.SkipReason(f":{tag} still at {found or 'nothing'}, as the promotion log says")
     try:
         # Try once: a writer holding the lock is mid-move and records its own result.
-        with floating_tag_lock(context.instance, name=floating_tag_lock_name(cfg), timeout_s=0, holder=WATCH_NAME):
-            # Read both again under the lock: the run that held it may have just recorded this very state.
+        with floating_tag_lock(
+            context.instance, name=floating_tag_lock_name(cfg), timeout_s=0, holder=WATCH_NAME
+        ):
+            # Read both again under the lock: the run that
+            # held it may have just recorded this very state.
             found = registry.resolve(repository=repository, reference=tag)
             state = log_state(context.instance)
             if found != state.current:  # about to record it: only a digest the registry serves
@@ -72,11 +83,17 @@ def _tick(context: dg.SensorEvaluationContext, site: SiteResource, registry: Reg
             for move in moves:
                 context.instance.report_runless_asset_event(move_materialization(cfg, move))
     except TagLockTimeout:
-        return dg.SkipReason(f":{tag} is at {found or 'nothing'} and a lockstep move of it is in progress "
-                             "(the floating-tag lock is held): nothing recorded, the next tick looks again")
+        return dg.SkipReason(
+            f":{tag} is at {found or 'nothing'} and a lockstep move of it is in progress "
+            "(the floating-tag lock is held): nothing recorded, the next tick looks again"
+        )
     except LockstepError as exc:
         return dg.SkipReason(f"cannot read the floating tag: {exc} (nothing recorded)")
     if not moves:
-        return dg.SkipReason(f":{tag} at {found or 'nothing'}: recorded meanwhile by the writer that moved it")
-    said = "; ".join(f"{m.action} {m.from_digest or 'nothing'} -> {m.to_digest or 'nothing'}" for m in moves)
+        return dg.SkipReason(
+            f":{tag} at {found or 'nothing'}: recorded meanwhile by the writer that moved it"
+        )
+    said = "; ".join(
+        f"{m.action} {m.from_digest or 'nothing'} -> {m.to_digest or 'nothing'}" for m in moves
+    )
     return dg.SkipReason(f"recorded in tpu/floating_tag: {said}")

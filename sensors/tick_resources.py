@@ -32,7 +32,8 @@ R = TypeVar("R", bound=dg.ConfigurableResource)
 
 
 def default_sensor_status() -> dg.DefaultSensorStatus:
-    """Sensors start RUNNING under `lockstep demo` (the sandbox), STOPPED elsewhere until a person turns them on."""
+    """Sensors start RUNNING under `lockstep demo` (the
+    sandbox), STOPPED elsewhere until a person turns them on."""
     running = os.environ.get("LOCKSTEP_SENSORS_RUNNING") == "1"
     return dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
 
@@ -44,11 +45,15 @@ def for_ticks(resource: object, kind: type[R], *, key: str) -> R:
     variable's name as its value, so such a resource is refused when the location loads.
     """
     if not isinstance(resource, kind):
-        raise TypeError(f"resource {key!r} is a {type(resource).__name__}, not the {kind.__name__} a sensor tick uses")
+        raise TypeError(
+            f"resource {key!r} is a {type(resource).__name__}, not the {kind.__name__} a sensor "
+            "tick uses"
+        )
     unresolved = sorted(name for name, value in resource if isinstance(value, dg.EnvVar))
     if unresolved:
         raise ValueError(
-            f"resource {key!r} sets {', '.join(unresolved)} from the environment, which only Dagster's resource "
+            f"resource {key!r} sets {', '.join(unresolved)} from the environment, which only "
+            "Dagster's resource "
             "init resolves: a sensor tick cannot use it as configured"
         )
     return resource
@@ -58,9 +63,10 @@ TICK_BUDGET = "the sensor tick's budget ([timeouts] sensor_tick_s)"
 
 
 def tick_budget(site: SiteResource) -> contextlib.AbstractContextManager[Budget]:
-    """Every git and registry call inside ends within the site's [timeouts] sensor_tick_s of now, well inside
-    Dagster's 60 s sensor limit: past it a call fails naming its remote, and the tick skips saying so
-    instead of being killed with nothing said. A site that does not load gets the default budget (the
+    """Every git and registry call inside ends within the site's [timeouts] sensor_tick_s of now,
+    well inside Dagster's 60 s sensor limit: past it a call fails naming its remote, and the tick
+    skips saying so instead of being killed with nothing said. A site
+    that does not load gets the default budget (the
     tick then skips for that reason anyway)."""
     try:
         seconds = site.config().timeouts.sensor_tick_s

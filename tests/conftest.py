@@ -1,4 +1,5 @@
-"""Shared fixtures: a real sandbox (bare git repos + a uv-made lock) per test, and the resources on it."""
+"""Shared fixtures: a real sandbox (bare git repos +
+a uv-made lock) per test, and the resources on it."""
 
 from __future__ import annotations
 
@@ -37,8 +38,11 @@ def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Regist
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Nothing a test does lands in ~/.cache/lockstep (the registry's blob cache follows LOCKSTEP_CACHE)."""
+def private_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Nothing a test does lands in ~/.cache/lockstep
+    (the registry's blob cache follows LOCKSTEP_CACHE)."""
     cache = tmp_path_factory.mktemp("lockstep-cache")
     monkeypatch.setenv("LOCKSTEP_CACHE", str(cache))
     return cache
@@ -46,18 +50,21 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 
 @pytest.fixture(autouse=True, scope="session")
 def sandbox_push_token() -> Iterator[str]:
-    """The sandbox's build script requires a push token, as the real one does (`lockstep demo` sets it
+    """The sandbox's build script requires a push
+    token, as the real one does (`lockstep demo` sets it
     too). Session-wide: module-scoped fixtures build images before any test-scoped fixture runs."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(SANDBOX_TOKEN_ENV, SANDBOX_TOKEN_VALUE)
-        mp.setenv(SANDBOX_ATTEST_KEY_ENV, sandbox_attest_key())  # the sandbox signs its verified builds
+        # the sandbox signs its verified builds
+        mp.setenv(SANDBOX_ATTEST_KEY_ENV, sandbox_attest_key())
         yield SANDBOX_TOKEN_VALUE
 
 
 @pytest.fixture(autouse=True, scope="session")
 def stop_leftover_sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Module-scoped sandboxes, and those the CLI tests make, run engines and a git daemon until the
-    session ends: stop whatever still runs under this session's temp dir, by the PIDs they recorded."""
+    session ends: stop whatever still runs under this
+    session's temp dir, by the PIDs they recorded."""
     yield
     from sandbox.engines import stop_engines
     from sandbox.git_server import running_servers
@@ -70,7 +77,8 @@ def stop_leftover_sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture
 def sb(tmp_path: Path) -> Iterator[Sandbox]:
-    """A fresh sandbox; afterwards whatever its iris jobs and its nodes' containers still run (a lane keeps
+    """A fresh sandbox; afterwards whatever its iris jobs
+    and its nodes' containers still run (a lane keeps
     serving after a boot, by design) is stopped by the PIDs they recorded."""
     world = up(tmp_path / "sandbox")
     yield world
@@ -78,14 +86,16 @@ def sb(tmp_path: Path) -> Iterator[Sandbox]:
 
 
 def stop_sandbox(world: Sandbox) -> list[str]:
-    """What `lockstep sandbox down` does: iris jobs, the lane's containers, engines, the git daemon."""
+    """What `lockstep sandbox down` does: iris jobs,
+    the lane's containers, engines, the git daemon."""
     from sandbox.teardown import stop_sandbox as down
 
     return down(world.root)
 
 
 def sandbox_resources(sb: Sandbox, cache: Path) -> dict[str, object]:
-    """What both code locations' Definitions wire, built from the sandbox's site file (as at load)."""
+    """What both code locations' Definitions wire,
+    built from the sandbox's site file (as at load)."""
     site = load_site(sb.site_file)
     return {
         "site": SiteResource(path=str(sb.site_file)),
@@ -108,8 +118,8 @@ def remote_head(bare: Path, branch: str = CONSUMER_BRANCH) -> str:
 
 
 def remote_file(bare: Path, path: str, ref: str = CONSUMER_BRANCH) -> str:
-    # The file as git stores it: GitPython strips the last newline by default, and a lock republished
-    # without it reads as cut short (jovian_assets/source_lock.py).
+    # The file as git stores it: GitPython strips the last newline by default, and a lock
+    # republished without it reads as cut short (jovian_assets/source_lock.py).
     return git.Repo(bare).git.show(f"{ref}:{path}", strip_newline_in_stdout=False)
 
 
@@ -121,7 +131,9 @@ def commit_count(bare: Path, branch: str = CONSUMER_BRANCH) -> int:
 def push_repo(tmp_path: Path) -> Callable[..., str]:
     """Commit edits to a sandbox bare repo's branch as a teammate would; returns the new sha."""
 
-    def push(bare: Path, branch: str, edit: Callable[[Path], None], message: str = "teammate edit") -> str:
+    def push(
+        bare: Path, branch: str, edit: Callable[[Path], None], message: str = "teammate edit"
+    ) -> str:
         wt = tmp_path / f"teammate-{len(list(tmp_path.glob('teammate-*')))}"
         repo = git.Repo.clone_from(bare.as_uri(), wt, branch=branch)
         edit(wt)
@@ -144,17 +156,21 @@ def push_consumer(push_repo: Callable[..., str]) -> Callable[..., str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules marked `heavy` (minutes each: a browser, the daemon, the real iris controller) run first, so
+    """Modules marked `heavy` (minutes each: a browser,
+    the daemon, the real iris controller) run first, so
     `-n` workers start on them and the quick modules fill in around them."""
+
     def weight(item: pytest.Item) -> float:
         mark = item.get_closest_marker("heavy")
         return -float(mark.args[0]) if mark else 0.0
 
-    items.sort(key=weight)  # stable, one weight per module: each module's tests stay together, in order
+    # stable, one weight per module: each module's tests stay together, in order
+    items.sort(key=weight)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller marks the session: every process it, its workers and its tests start inherits the
+    """The controller marks the session: every process
+    it, its workers and its tests start inherits the
     token, so whatever still carries it at the end has leaked (tests/support/leaks.py)."""
     from tests.support.leaks import mark_session
 
@@ -167,8 +183,10 @@ _LEAKS = pytest.StashKey[list[str]]()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """On an xdist worker: hand the counts to the controller, which prints the summary. On the controller:
-    the leak check: a process the session started that still runs is stopped, named, and fails the run."""
+    """On an xdist worker: hand the counts to the
+    controller, which prints the summary. On the controller:
+    the leak check: a process the session started that
+    still runs is stopped, named, and fails the run."""
     from tests.support.leaks import check
     from tests.support.report import COUNTS
 
@@ -195,10 +213,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
     leaks = terminalreporter.config.stash.get(_LEAKS, [])
     if leaks:
-        terminalreporter.section("lockstep: processes the test session left running (stopped now)", red=True)
+        terminalreporter.section(
+            "lockstep: processes the test session left running (stopped now)", red=True
+        )
         for line in leaks:
             terminalreporter.write_line(f"LEAKED {line}")
-        terminalreporter.write_line("a test (or fixture) must stop what it starts, by PID: this run fails")
+        terminalreporter.write_line(
+            "a test (or fixture) must stop what it starts, by PID: this run fails"
+        )
 
     if COUNTS and not hasattr(terminalreporter.config, "workeroutput"):
         terminalreporter.section("lockstep: inputs tried")

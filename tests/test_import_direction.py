@@ -1,8 +1,9 @@
-"""Imports run one way: definitions.py (the wiring) -> sensors/ -> each location's plain modules -> resources/.
+"""Imports run one way: definitions.py (the wiring) ->
+sensors/ -> each location's plain modules -> resources/.
 
-resources/ imports no location and no sensor; a location's plain modules (and sensors/, lockstep/) do not
-import an `*_assets.py`, which only definitions.py imports; no `*_assets.py` imports another. Every import
-counts, including those inside functions (a lazy import is still a dependency).
+resources/ imports no location and no sensor; a location's plain modules (and sensors/, lockstep/)
+do not import an `*_assets.py`, which only definitions.py imports; no `*_assets.py` imports another.
+Every import counts, including those inside functions (a lazy import is still a dependency).
 
 Tests and benches may import an `*_assets.py` only for what it defines itself, the assets and checks
 they materialize or patch: its keys come from the location's keys.py, its logic from plain modules.
@@ -18,8 +19,8 @@ PRODUCT = ("lockstep", "resources", "tpu_assets", "jovian_assets", "sensors")
 LOCATIONS = ("tpu_assets", "jovian_assets")
 ABOVE_RESOURCES = (*LOCATIONS, "sensors", "lockstep")
 
-# Edges still to remove (importer -> imported): shrinks to empty. Each is a plain helper an `*_assets.py`
-# still holds; moving it into a plain module removes the edge.
+# Edges still to remove (importer -> imported): shrinks to empty. Each is a plain helper an
+# `*_assets.py` still holds; moving it into a plain module removes the edge.
 ALLOWED: set[tuple[str, str]] = set()
 
 
@@ -29,7 +30,8 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> set[str]:
-    """Every module `path` imports, anywhere in it (`from a import b` counts as a and, if it is one, a.b)."""
+    """Every module `path` imports, anywhere in it (`from
+    a import b` counts as a and, if it is one, a.b)."""
     found: set[str] = set()
     package = module_name(path).rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -38,9 +40,18 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *([base] if base else [])])
+                base = ".".join(
+                    [
+                        *package.split(".")[: len(package.split(".")) - node.level + 1],
+                        *([base] if base else []),
+                    ]
+                )
             found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names if (ROOT / Path(*f"{base}.{alias.name}".split("."))).with_suffix(".py").exists()}
+            found |= {
+                f"{base}.{alias.name}"
+                for alias in node.names
+                if (ROOT / Path(*f"{base}.{alias.name}".split("."))).with_suffix(".py").exists()
+            }
     return found
 
 
@@ -106,14 +117,18 @@ def outside_files() -> list[Path]:
 def test_the_walker_sees_every_kind_of_import(tmp_path: Path) -> None:
     (tmp_path / "resources").mkdir()
     sample = tmp_path / "resources" / "sample.py"
-    sample.write_text("import tpu_assets.history\ndef f():\n    from sensors import alerts\n"
-                      "from jovian_assets.bench_assets import BENCH\n")
+    sample.write_text(
+        "import tpu_assets.history\ndef f():\n    from sensors import alerts\n"
+        "from jovian_assets.bench_assets import BENCH\n"
+    )
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
         assert imports(sample) >= {"tpu_assets.history", "sensors", "jovian_assets.bench_assets"}
         assert {rule for rule, *_ in violations(sample)} == {
-            "resources imports a location or a sensor", "a plain module imports an *_assets.py"}
+            "resources imports a location or a sensor",
+            "a plain module imports an *_assets.py",
+        }
     finally:
         ROOT = saved
     assert is_assets_module("jovian_assets.bench_assets")
@@ -132,9 +147,11 @@ def test_the_walker_fails_an_import_of_an_assets_module_but_the_wiring(tmp_path:
     try:
         image = "tpu_assets.image_assets"
         assert violations(location / "promotion_assets.py") == {
-            ("an *_assets.py imports another", "tpu_assets.promotion_assets", image)}
+            ("an *_assets.py imports another", "tpu_assets.promotion_assets", image)
+        }
         assert violations(location / "rejection.py") == {
-            ("a plain module imports an *_assets.py", "tpu_assets.rejection", image)}
+            ("a plain module imports an *_assets.py", "tpu_assets.rejection", image)
+        }
         assert violations(location / "definitions.py") == set()  # the wiring
     finally:
         ROOT = saved
@@ -144,7 +161,8 @@ def test_tests_and_benches_take_only_definitions_from_an_assets_module(tmp_path:
     location = tmp_path / "tpu_assets"
     location.mkdir()
     (location / "lock_assets.py").write_text(
-        "from tpu_assets.keys import HARBOR_LOCK\ndef harbor_lock(): ...\ndef _helper(): ...\n")
+        "from tpu_assets.keys import HARBOR_LOCK\ndef harbor_lock(): ...\ndef _helper(): ...\n"
+    )
     sample = tmp_path / "test_sample.py"
     sample.write_text("from tpu_assets.lock_assets import HARBOR_LOCK, _helper, harbor_lock\n")
     global ROOT
@@ -162,7 +180,9 @@ def test_tests_and_benches_take_only_definitions_from_an_assets_module(tmp_path:
 def test_imports_run_one_way() -> None:
     found = {v for path in product_files() for v in violations(path)}
     unexpected = sorted(v for v in found if (v[1], v[2]) not in ALLOWED)
-    assert not unexpected, "imports against the direction:\n" + "\n".join(f"{r}: {a} -> {b}" for r, a, b in unexpected)
+    assert not unexpected, "imports against the direction:\n" + "\n".join(
+        f"{r}: {a} -> {b}" for r, a, b in unexpected
+    )
 
 
 def test_the_allow_list_holds_only_edges_that_still_exist() -> None:

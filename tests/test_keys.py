@@ -1,4 +1,5 @@
-"""Every asset key is declared once, in its location's keys.py: a key spelled anywhere else is a copy that
+"""Every asset key is declared once, in its location's
+keys.py: a key spelled anywhere else is a copy that
 can drift from the asset it names (resources/alerts.py once carried its own `tpu/harbor_lock`)."""
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _is_asset_key(node: ast.expr) -> bool:
     if isinstance(node, ast.Attribute) and node.attr.startswith("from_"):
         node = node.value
     return (isinstance(node, ast.Name) and node.id == "AssetKey") or (
-        isinstance(node, ast.Attribute) and node.attr == "AssetKey")
+        isinstance(node, ast.Attribute) and node.attr == "AssetKey"
+    )
 
 
 def key_literals(path: Path) -> list[int]:
@@ -35,14 +37,23 @@ def key_literals(path: Path) -> list[int]:
 
 def test_the_walker_finds_a_key_literal(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text('import dagster as dg\nfrom dagster import AssetKey\nA = dg.AssetKey(["a"])\n'
-                      'B = AssetKey.from_user_string("b")\nC = dg.AssetKey.from_coercible("c")\n')
+    sample.write_text(
+        'import dagster as dg\nfrom dagster import AssetKey\nA = dg.AssetKey(["a"])\n'
+        'B = AssetKey.from_user_string("b")\nC = dg.AssetKey.from_coercible("c")\n'
+    )
     assert key_literals(sample) == [3, 4, 5]
 
 
 def test_asset_keys_are_declared_only_in_a_locations_keys_module() -> None:
-    outside = {f"{path}:{line}" for path in _product_files() if path not in KEYS_MODULES for line in key_literals(path)}
-    assert not outside, f"AssetKey spelled outside tpu_assets/keys.py and jovian_assets/keys.py: {sorted(outside)}"
+    outside = {
+        f"{path}:{line}"
+        for path in _product_files()
+        if path not in KEYS_MODULES
+        for line in key_literals(path)
+    }
+    assert not outside, (
+        f"AssetKey spelled outside tpu_assets/keys.py and jovian_assets/keys.py: {sorted(outside)}"
+    )
 
 
 def test_every_key_is_declared_once() -> None:
@@ -59,12 +70,20 @@ def test_every_asset_and_check_of_both_locations_is_named_in_keys() -> None:
     import jovian_assets.definitions as jovian
     import tpu_assets.definitions as tpu
 
-    keys = {v for m in (tpu_keys, jovian_keys) for v in vars(m).values() if isinstance(v, dg.AssetKey)}
+    keys = {
+        v for m in (tpu_keys, jovian_keys) for v in vars(m).values() if isinstance(v, dg.AssetKey)
+    }
     names = {v for m in (tpu_keys, jovian_keys) for v in vars(m).values() if isinstance(v, str)}
     for defs in (tpu.defs, jovian.defs):
         graph = defs.resolve_asset_graph()
         assert set(graph.get_all_asset_keys()) <= keys
         spec_checks = {c for c in graph.asset_check_keys if c.name not in names}
-        # checks declared with @dg.asset_check take their function's name; every AssetCheckSpec names a constant
-        decorated = {"lock_and_dockerfile_agree", "harbor_version_moved", "uv_lock_check", "floating_tag_bakes_locked_harbor"}
+        # checks declared with @dg.asset_check take their
+        # function's name; every AssetCheckSpec names a constant
+        decorated = {
+            "lock_and_dockerfile_agree",
+            "harbor_version_moved",
+            "uv_lock_check",
+            "floating_tag_bakes_locked_harbor",
+        }
         assert {c.name for c in spec_checks} <= decorated, spec_checks

@@ -1,6 +1,8 @@
-"""The session's leak check (tests/support/leaks.py, wired in tests/conftest.py) catches a process a test leaves
-running: a nested pytest with this conftest, on a test that starts a sleeper in its own session and
-never stops it, fails, names the sleeper and leaves it dead; the same run without the leak passes."""
+"""The session's leak check (tests/support/leaks.py, wired in tests/conftest.py) catches a process a
+test leaves running: a nested pytest with this conftest,
+on a test that starts a sleeper in its own session and
+never stops it, fails, names the sleeper and leaves
+it dead; the same run without the leak passes."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tests.support.leaks import SESSION_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CLEAN = '''
+CLEAN = """
 import subprocess
 
 
@@ -24,9 +26,9 @@ def test_starts_and_stops_a_sleeper() -> None:
     proc = subprocess.Popen(["sleep", "3001"], start_new_session=True)
     proc.kill()
     proc.wait()
-'''
+"""
 
-LEAKY = '''
+LEAKY = """
 import subprocess
 from pathlib import Path
 
@@ -34,15 +36,35 @@ from pathlib import Path
 def test_leaves_a_sleeper_running() -> None:
     proc = subprocess.Popen(["sleep", "3002"], start_new_session=True)  # never stopped: the leak
     Path({pidfile!r}).write_text(str(proc.pid))
-'''
+"""
 
 
 def _nested_pytest(test_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """pytest on `test_file` with this repo's conftest as a plugin (so its hooks run), one xdist worker."""
+    """pytest on `test_file` with this repo's conftest
+    as a plugin (so its hooks run), one xdist worker."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                           "--rootdir", str(test_file.parent), *extra, str(test_file)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            "--rootdir",
+            str(test_file.parent),
+            *extra,
+            str(test_file),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_a_leaked_process_fails_the_session_is_named_and_is_stopped(tmp_path: Path) -> None:
@@ -68,6 +90,7 @@ def test_a_session_that_stops_what_it_starts_passes(tmp_path: Path) -> None:
 
 
 def test_a_nested_session_adds_its_token_and_keeps_the_outer_one() -> None:
-    # This process is inside a marked session (a controller or its worker): its children carry the token.
+    # This process is inside a marked session (a controller
+    # or its worker): its children carry the token.
     tokens = os.environ[SESSION_ENV].split()
     assert tokens and all(len(t) == 32 for t in tokens)

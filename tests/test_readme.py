@@ -1,20 +1,27 @@
-"""The README and docs/*.md: every command their ```bash blocks show is run here (or, where it needs a
-cluster or a registry this machine does not have, listed with the reason), every relative link
+"""The README and docs/*.md: every command their ```bash blocks show is run here (or, where it needs
+a cluster or a registry this machine does not have, listed with the reason), every relative link
 points at a file and heading that exist, and every site example validates.
 
-A command the docs show that no test here recognises fails `test_every_command_the_docs_show_is_recognised`:
-a new doc command needs a test. How each kind is tested:
+A command the docs show that no test here recognises fails
+`test_every_command_the_docs_show_is_recognised`: a
+new doc command needs a test. How each kind is tested:
 
-- `lockstep ...`: run with click's CliRunner, in the order of `LOCKSTEP_SCENARIO`, against a sandbox in
+- `lockstep ...`: run with click's CliRunner, in the
+  order of `LOCKSTEP_SCENARIO`, against a sandbox in
   a temporary directory driven in-process into the state each command needs (a fix upstream, builds
-  verified and promoted), placeholders such as `<harbor sha>` replaced by real values; exit codes asserted.
+  verified and promoted), placeholders such as `<harbor
+  sha>` replaced by real values; exit codes asserted.
 - `./dev X`: X is a subcommand of the `dev` script, and its help text says so.
 - `. .venv/bin/activate`: the environment `./dev setup` makes, with the `lockstep` command in it.
-- `export NAME=...`: lockstep reads NAME (its code does, or the site example names it in a `*_env` key).
-- `openssl ...`: run; lockstep loads the key pair they make, and the public key verifies the private one.
-- `pg_dump` / `pg_restore`: run against a real PostgreSQL holding a Dagster instance, and the restore
+- `export NAME=...`: lockstep reads NAME (its code
+  does, or the site example names it in a `*_env` key).
+- `openssl ...`: run; lockstep loads the key pair they
+  make, and the public key verifies the private one.
+- `pg_dump` / `pg_restore`: run against a real
+  PostgreSQL holding a Dagster instance, and the restore
   brings back exactly the dumped promotion log.
-- `python bench/X.py`: the bench exists and starts (`--help`); benches take minutes and are not part of
+- `python bench/X.py`: the bench exists and starts
+  (`--help`); benches take minutes and are not part of
   the test run (docs/PERFORMANCE.md).
 - `dagster definitions validate ...`: run on the sandbox's site.
 - `cp SRC DST`: SRC exists and git ignores DST.
@@ -44,14 +51,15 @@ from sandbox.world import Sandbox, up
 from tests.conftest import sandbox_resources
 from tests.support.runs import Pipeline, failure_message
 
-pytestmark = pytest.mark.heavy(60)  # seconds, about (33-70 here): two sandbox builds, three lab revs, a Postgres
+# seconds, about (33-70 here): two sandbox builds, three lab revs, a Postgres
+pytestmark = pytest.mark.heavy(60)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEV = ROOT / "dev"
 
-# The lockstep commands the docs show, in the order the scenario runs them, with the exit code each must
-# give. The scenario brings the sandbox into the state a command needs just before it (see
+# The lockstep commands the docs show, in the order the scenario runs them, with the exit code each
+# must give. The scenario brings the sandbox into the state a command needs just before it (see
 # test_every_lockstep_command_the_docs_show_runs_against_a_sandbox).
 LOCKSTEP_SCENARIO: dict[str, int] = {
     "lockstep site check": 0,
@@ -79,43 +87,76 @@ LOCKSTEP_SCENARIO: dict[str, int] = {
 }
 
 # Shown, not run here: each needs what this machine does not have. The lines as the docs show them.
-_DOCKER = ("needs the team's host and its site; tests/deploy/test_compose_live.py runs these on a real engine, "
-           "tests/deploy/test_docker.py checks deploy/docker against Dagster's schemas")
-_CLUSTER = ("needs a Kubernetes cluster and the ghcr registry; tests/deploy/test_k8s.py checks the Helm values "
-            "and the Job a run gets, offline")
-_SERVES = ("serves until stopped: `lockstep demo` runs this same `dagster dev` (lockstep/cli.py), and "
-           "tests/ui/test_browser.py runs `lockstep demo`")
-_WEBSERVER = ("launches through a running webserver's GraphQL: tests/ui/test_browser.py runs these "
-              "against `lockstep demo` on a sandbox")
+_DOCKER = (
+    "needs the team's host and its site; tests/deploy/test_compose_live.py runs these on a real "
+    "engine, "
+    "tests/deploy/test_docker.py checks deploy/docker against Dagster's schemas"
+)
+_CLUSTER = (
+    "needs a Kubernetes cluster and the ghcr registry; tests/deploy/test_k8s.py checks the Helm "
+    "values "
+    "and the Job a run gets, offline"
+)
+_SERVES = (
+    "serves until stopped: `lockstep demo` runs this same `dagster dev` (lockstep/cli.py), and "
+    "tests/ui/test_browser.py runs `lockstep demo`"
+)
+_WEBSERVER = (
+    "launches through a running webserver's GraphQL: tests/ui/test_browser.py runs these "
+    "against `lockstep demo` on a sandbox"
+)
 _COMPOSE = "docker compose -p lockstep -f deploy/docker/docker-compose.yml"
 NOT_RUN: dict[str, str] = {
     f"{_COMPOSE} up -d --build": _DOCKER,
     f"{_COMPOSE} exec tpu lockstep pools --apply --iris-builds 4": _DOCKER,
     f"{_COMPOSE} restart tpu jovian": _DOCKER,
     "lockstep deploy env --site /etc/lockstep/site/site.toml --update deploy/docker": _DOCKER,
-    f"{_COMPOSE} exec -T postgres pg_dump --format=custom --username=lockstep lockstep > lockstep.dump": _DOCKER,
+    (
+        f"{_COMPOSE} exec -T postgres pg_dump --format=custom --username=lockstep lockstep > "
+        "lockstep.dump"
+    ): _DOCKER,
     f"{_COMPOSE} stop daemon webserver tpu jovian": _DOCKER,
-    f"{_COMPOSE} exec -T postgres pg_restore --clean --if-exists --no-owner --username=lockstep --dbname=lockstep "
+    f"{_COMPOSE} exec -T postgres pg_restore --clean --if-exists --no-owner --username=lockstep "
+    "--dbname=lockstep "
     "< lockstep.dump": _DOCKER,
     f"{_COMPOSE} start tpu jovian webserver daemon": _DOCKER,
-    "docker build -f deploy/Dockerfile -t ghcr.io/open-thoughts/lockstep:$(git rev-parse --short HEAD) .": _DOCKER,
+    (
+        "docker build -f deploy/Dockerfile -t ghcr.io/open-thoughts/lockstep:$(git rev-parse "
+        "--short HEAD) ."
+    ): _DOCKER,
     "docker push ghcr.io/open-thoughts/lockstep:$(git rev-parse --short HEAD)": _CLUSTER,
     "kubectl create namespace lockstep": _CLUSTER,
-    "kubectl -n lockstep create secret generic lockstep-ssh --from-file=id_ed25519 --from-file=git_ed25519 "
+    "kubectl -n lockstep create secret generic lockstep-ssh --from-file=id_ed25519 "
+    "--from-file=git_ed25519 "
     "--from-file=known_hosts": _CLUSTER,
-    "kubectl -n lockstep create secret generic lockstep-postgresql --from-literal=postgresql-password=$PG_PASSWORD":
-        _CLUSTER,
-    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml --from-file=lockstep-attest.pub": _CLUSTER,
-    "kubectl -n lockstep create secret generic lockstep-kube --from-file=config=iris-cluster.kubeconfig": _CLUSTER,
+    (
+        "kubectl -n lockstep create secret generic lockstep-postgresql "
+        "--from-literal=postgresql-password=$PG_PASSWORD"
+    ): _CLUSTER,
+    (
+        "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml "
+        "--from-file=lockstep-attest.pub"
+    ): _CLUSTER,
+    (
+        "kubectl -n lockstep create secret generic lockstep-kube "
+        "--from-file=config=iris-cluster.kubeconfig"
+    ): _CLUSTER,
     "kubectl -n lockstep apply -f lockstep-shared.yaml": _CLUSTER,
     "helm repo add dagster https://dagster-io.github.io/helm": _CLUSTER,
-    "helm upgrade --install dagster dagster/dagster --version 1.13.27 -n lockstep -f deploy/k8s/values.yaml": _CLUSTER,
-    "lockstep pools --iris-builds 4 | while read -r cmd; do kubectl -n lockstep exec deploy/dagster-daemon -- $cmd; "
+    (
+        "helm upgrade --install dagster dagster/dagster --version 1.13.27 -n lockstep -f "
+        "deploy/k8s/values.yaml"
+    ): _CLUSTER,
+    "lockstep pools --iris-builds 4 | while read -r cmd; do kubectl -n lockstep exec "
+    "deploy/dagster-daemon -- $cmd; "
     "done": _CLUSTER,
-    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml --from-file=lockstep-attest.pub "
+    "kubectl -n lockstep create configmap lockstep-site --from-file=site.toml "
+    "--from-file=lockstep-attest.pub "
     "--dry-run=client -o yaml | kubectl -n lockstep apply -f -": _CLUSTER,
-    "kubectl -n lockstep rollout restart deployment -l component=user-deployments,deployment in (tpu,jovian)":
-        _CLUSTER,
+    (
+        "kubectl -n lockstep rollout restart deployment -l "
+        "component=user-deployments,deployment in (tpu,jovian)"
+    ): _CLUSTER,
     "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000": _SERVES,
     "lockstep promote --plan": _WEBSERVER,
     "lockstep promote --note ship the fix --by ops@lab": _WEBSERVER,
@@ -132,7 +173,7 @@ ENV_READERS = {
 }
 
 
-# ---- what the docs show ------------------------------------------------------------------------------
+# ---- what the docs show --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -196,14 +237,14 @@ def placeholders(key: str) -> list[str]:
     return re.findall(r"<[^<>]+>", key)
 
 
-# ---- recognising every command ---------------------------------------------------------------------------
+# ---- recognising every command -------------------------------------------------------------------
 
 
 def dev_subcommands() -> set[str]:
     """The arms of the `case "$cmd" in` of ./dev (not `*`)."""
     script = DEV.read_text(encoding="utf-8")
-    case = script[script.index('case "$cmd" in'):script.index("esac")]
-    return set(re.findall(r"^\s+([a-z][a-z-]*)\)", case, re.M))
+    case = script[script.index('case "$cmd" in') : script.index("esac")]
+    return set(re.findall(r"^\s+([a-z][a-z-]*)\)", case, re.MULTILINE))
 
 
 def dev_help() -> str:
@@ -225,7 +266,7 @@ SITE_EXAMPLE = ROOT / "deploy" / "site.example.toml"
 
 def site_example_env_names() -> set[str]:
     text = SITE_EXAMPLE.read_text(encoding="utf-8")
-    return set(re.findall(r'^\w+_env\s*=\s*"([^"]+)"', text, re.M))
+    return set(re.findall(r'^\w+_env\s*=\s*"([^"]+)"', text, re.MULTILINE))
 
 
 def kind_of(shown: Shown) -> str | None:
@@ -266,19 +307,25 @@ def test_the_docs_show_commands_and_read_them_as_the_shell_would() -> None:
 
 def test_every_command_the_docs_show_is_recognised() -> None:
     unknown = [str(s) for s in ALL_SHOWN if kind_of(s) is None]
-    assert not unknown, ("commands the docs show that no test in tests/test_readme.py runs or checks (add them "
-                         "to LOCKSTEP_SCENARIO, NOT_RUN or a recognised kind):\n" + "\n".join(unknown))
+    assert not unknown, (
+        "commands the docs show that no test in tests/test_readme.py runs or checks (add them "
+        "to LOCKSTEP_SCENARIO, NOT_RUN or a recognised kind):\n" + "\n".join(unknown)
+    )
 
 
 def test_every_listed_command_is_still_shown() -> None:
     keys = {s.key for s in ALL_SHOWN}
     stale = [k for k in [*LOCKSTEP_SCENARIO, *NOT_RUN] if k not in keys]
-    assert not stale, "listed in tests/test_readme.py but shown nowhere in the docs:\n" + "\n".join(stale)
+    assert not stale, "listed in tests/test_readme.py but shown nowhere in the docs:\n" + "\n".join(
+        stale
+    )
 
 
 def test_no_command_is_shown_through_a_private_uv() -> None:
     for s in ALL_SHOWN:
-        assert ".tools/" not in s.text and not s.key.startswith("uv "), f"{s}: show the command itself (`lockstep ...`)"
+        assert ".tools/" not in s.text and not s.key.startswith("uv "), (
+            f"{s}: show the command itself (`lockstep ...`)"
+        )
 
 
 def test_dev_commands_are_subcommands_of_the_dev_script() -> None:
@@ -287,10 +334,17 @@ def test_dev_commands_are_subcommands_of_the_dev_script() -> None:
     help_text = dev_help()
     for s in shown:
         env, words = leading_assignments(s.words)
-        assert f"./dev {words[1]}" in help_text, f"{s}: ./dev's help text does not mention `./dev {words[1]}`"
+        assert f"./dev {words[1]}" in help_text, (
+            f"{s}: ./dev's help text does not mention `./dev {words[1]}`"
+        )
         for name in env:  # a variable set for the run must be one the tests read
-            readers = subprocess.run(["git", "grep", "-l", f'"{name}"', "--", "tests"], cwd=ROOT,
-                                     capture_output=True, text=True, check=False).stdout.split()
+            readers = subprocess.run(
+                ["git", "grep", "-l", f'"{name}"', "--", "tests"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.split()
             assert readers, f"{s}: nothing under tests/ reads {name}"
 
 
@@ -309,7 +363,9 @@ def test_every_variable_the_docs_export_is_read_by_lockstep() -> None:
         if name in from_site:
             continue
         assert name in ENV_READERS, f"{s}: lockstep does not read {name}"
-        assert f'"{name}"' in ENV_READERS[name].read_text(encoding="utf-8"), f"{ENV_READERS[name]} no longer reads {name}"
+        assert f'"{name}"' in ENV_READERS[name].read_text(encoding="utf-8"), (
+            f"{ENV_READERS[name]} no longer reads {name}"
+        )
 
 
 def test_cp_commands_copy_a_file_that_exists_to_a_path_git_ignores() -> None:
@@ -319,12 +375,14 @@ def test_cp_commands_copy_a_file_that_exists_to_a_path_git_ignores() -> None:
         _, src, dst = s.words
         assert (ROOT / src).is_file(), f"{s}: no {src}"
         if Path(dst).is_absolute():
-            continue  # out of the checkout (the site file goes to /etc/lockstep): nothing to commit by mistake
+            # out of the checkout (the site file goes to
+            # /etc/lockstep): nothing to commit by mistake
+            continue
         ignored = subprocess.run(["git", "check-ignore", "-q", dst], cwd=ROOT, check=False)
         assert ignored.returncode == 0, f"{s}: git does not ignore {dst}, and it holds secrets"
 
 
-# ---- links and site examples ------------------------------------------------------------------------------
+# ---- links and site examples ---------------------------------------------------------------------
 
 
 def slugs(doc: Path) -> set[str]:
@@ -347,7 +405,7 @@ def slugs(doc: Path) -> set[str]:
 def test_every_relative_link_points_at_a_file_and_heading_that_exist() -> None:
     broken = []
     for doc in DOCS:
-        text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+        text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.DOTALL)
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target):
                 continue
@@ -365,33 +423,50 @@ def merged(base: dict[str, object], extra: dict[str, object]) -> dict[str, objec
     out = dict(base)
     for key, value in extra.items():
         old = out.get(key)
-        out[key] = merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+        out[key] = (
+            merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+        )
     return out
 
 
 def test_the_site_snippets_in_the_docs_validate_in_the_example_site_file() -> None:
-    """The one full example is deploy/site.example.toml (tests/resources/test_site_example.py loads it); each
+    """The one full example is deploy/site.example.toml
+    (tests/resources/test_site_example.py loads it); each
     ```toml snippet of the docs, merged into it, still makes a valid site."""
     example = tomllib.loads(SITE_EXAMPLE.read_text(encoding="utf-8"))
     SiteConfig.model_validate(example)
-    blocks = [(doc, n, tomllib.loads("\n".join(body))) for doc in DOCS for n, body in fenced_blocks(doc, "toml")]
+    blocks = [
+        (doc, n, tomllib.loads("\n".join(body)))
+        for doc in DOCS
+        for n, body in fenced_blocks(doc, "toml")
+    ]
     assert blocks, "the docs show site snippets (the relay's, at least)"
     for doc, n, data in blocks:
-        assert not ("site" in data and "tpu" in data), f"{doc.relative_to(ROOT)}:{n}: a second full site example: " \
+        assert not ("site" in data and "tpu" in data), (
+            f"{doc.relative_to(ROOT)}:{n}: a second full site example: "
             "link deploy/site.example.toml instead"
+        )
         try:
             SiteConfig.model_validate(merged(example, data))
         except ValueError as exc:
-            pytest.fail(f"{doc.relative_to(ROOT)}:{n}: this snippet, merged into the site example, is refused: {exc}")
+            pytest.fail(
+                f"{doc.relative_to(ROOT)}:{n}: this snippet, merged into the site example, is "
+                f"refused: {exc}"
+            )
 
 
 def test_the_consumer_pyproject_the_docs_show_is_one_lockstep_follows() -> None:
-    """The docs' consumer pyproject declares harbor as the example site's repo and branch, in a shape the
+    """The docs' consumer pyproject declares harbor as
+    the example site's repo and branch, in a shape the
     re-lock reads (tpu_assets/harbor_declaration.py)."""
     from tpu_assets.harbor_declaration import read_declaration
 
     site = SiteConfig.model_validate(tomllib.loads(SITE_EXAMPLE.read_text(encoding="utf-8")))
-    shown = [("\n".join(body), doc, n) for doc in DOCS for n, body in fenced_blocks(doc, "toml pyproject.toml")]
+    shown = [
+        ("\n".join(body), doc, n)
+        for doc in DOCS
+        for n, body in fenced_blocks(doc, "toml pyproject.toml")
+    ]
     assert shown, "docs/site.md shows the consumer's pyproject"
     for text, doc, n in shown:
         declared = read_declaration(text, site.tpu.harbor_package)
@@ -400,7 +475,7 @@ def test_the_consumer_pyproject_the_docs_show_is_one_lockstep_follows() -> None:
         assert declared.url == site.tpu.harbor_repo, where
 
 
-# ---- commands run -----------------------------------------------------------------------------------------
+# ---- commands run --------------------------------------------------------------------------------
 
 
 def shown_of(kind: str) -> list[Shown]:
@@ -410,28 +485,51 @@ def shown_of(kind: str) -> list[Shown]:
 def test_the_signing_key_commands_make_a_key_pair_lockstep_accepts(tmp_path: Path) -> None:
     from resources.attest import load_public_key, load_signing_key
 
-    block = next(body for doc in DOCS for _, body in fenced_blocks(doc, "bash") if any("openssl" in b for b in body))
+    block = next(
+        body
+        for doc in DOCS
+        for _, body in fenced_blocks(doc, "bash")
+        if any("openssl" in b for b in body)
+    )
     assert shown_of("signing keys"), "the docs show how to make a signing key"
     script = "set -euo pipefail\n" + "\n".join(block) + '\nprintf %s "$LOCKSTEP_ATTEST_KEY"\n'
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     key = load_signing_key(done.stdout, env="LOCKSTEP_ATTEST_KEY")
-    trusted = load_public_key((tmp_path / "lockstep-attest.pub").read_bytes(), source="lockstep-attest.pub")
+    trusted = load_public_key(
+        (tmp_path / "lockstep-attest.pub").read_bytes(), source="lockstep-attest.pub"
+    )
     assert key.public.keyid == trusted.keyid
     assert trusted.verifies(key.sign(b"payload"), b"payload")
 
 
 def test_every_bench_the_docs_show_exists_and_starts() -> None:
     shown = shown_of("bench")
-    assert {s.words[1] for s in shown} == {f"bench/{p.name}" for p in (ROOT / "bench").glob("*_bench.py")}, (
-        "every bench's command is shown, and only benches that exist")
+    assert {s.words[1] for s in shown} == {
+        f"bench/{p.name}" for p in (ROOT / "bench").glob("*_bench.py")
+    }, "every bench's command is shown, and only benches that exist"
     for s in shown:
-        done = subprocess.run([sys.executable, s.words[1], "--help"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, s.words[1], "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0 and "usage:" in done.stdout, f"{s}: {done.stderr[-2000:]}"
 
 
-def test_the_backup_commands_restore_the_promotion_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_backup_commands_restore_the_promotion_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.support.deploy.instance import write_production_home
     from tests.support.postgres_server import running_postgres
     from tpu_assets.history import FLOATING_TAG
@@ -442,42 +540,66 @@ def test_the_backup_commands_restore_the_promotion_log(tmp_path: Path, monkeypat
 
     def moves() -> list[str]:
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            records = instance.fetch_materializations(FLOATING_TAG, limit=10, ascending=True).records
+            records = instance.fetch_materializations(
+                FLOATING_TAG, limit=10, ascending=True
+            ).records
             return [str(r.asset_materialization.metadata["to_digest"].value) for r in records]  # type: ignore[union-attr]
 
     def move(digest: str) -> None:
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            instance.report_runless_asset_event(dg.AssetMaterialization(FLOATING_TAG, metadata={"to_digest": digest}))
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(FLOATING_TAG, metadata={"to_digest": digest})
+            )
 
     with running_postgres() as server:
         env = write_production_home(home, server.fresh_database("backup"))
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         move("sha256:" + "1" * 64)
-        ran = subprocess.run(["bash", "-c", dump.text], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                             check=False)
+        ran = subprocess.run(
+            ["bash", "-c", dump.text],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert ran.returncode == 0 and (tmp_path / "lockstep.dump").stat().st_size > 0, ran.stderr
         move("sha256:" + "2" * 64)  # after the backup: the restore takes it away
         assert len(moves()) == 2
-        ran = subprocess.run(["bash", "-c", restore.text], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=120, check=False)
+        ran = subprocess.run(
+            ["bash", "-c", restore.text],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert ran.returncode == 0, ran.stderr
         assert moves() == ["sha256:" + "1" * 64]
 
 
-def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's demo order: the fix upstream, built and promoted; a later commit, built and promoted;
-    then the plans, the image, the changelog, a rejection, the pools; last the commands that break things."""
+def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's demo order: the fix upstream, built
+    and promoted; a later commit, built and promoted;
+    then the plans, the image, the changelog, a rejection,
+    the pools; last the commands that break things."""
     shown = {s.key: s for s in shown_of("lockstep scenario")}
     known = {"<harbor sha>", "<build>", "<current build>", "<target build>"}
     assert {p for k in shown for p in placeholders(k)} <= known
-    monkeypatch.chdir(tmp_path)  # `.sandbox` and `.sandbox/site.toml`, the commands' defaults, are here
+    # `.sandbox` and `.sandbox/site.toml`, the commands' defaults, are here
+    monkeypatch.chdir(tmp_path)
     sb: Sandbox = up(tmp_path / ".sandbox")
     home = sb.root / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
-    for name, value in {"LOCKSTEP_SITE": sb.site_file, "DAGSTER_HOME": home, "LOCKSTEP_CACHE": sb.root / "cache"}.items():
+    for name, value in {
+        "LOCKSTEP_SITE": sb.site_file,
+        "DAGSTER_HOME": home,
+        "LOCKSTEP_CACHE": sb.root / "cache",
+    }.items():
         monkeypatch.setenv(name, str(value))
     values: dict[str, str] = {}
     ran: list[str] = []
@@ -490,11 +612,14 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
         assert not placeholders(text), f"{key}: no value for {placeholders(text)}"
         words = shlex.split(text, comments=True)[1:]
         into = None
-        if ">" in words:  # `lockstep ... > FILE`: the output goes to FILE, as the shell would put it
-            words, into = words[:words.index(">")], words[words.index(">") + 1:]
+        # `lockstep ... > FILE`: the output goes to FILE, as the shell would put it
+        if ">" in words:
+            words, into = words[: words.index(">")], words[words.index(">") + 1 :]
             assert len(into) == 1, f"{text}: one file after >"
         result = CliRunner().invoke(main, words)
-        assert result.exit_code == LOCKSTEP_SCENARIO[key], f"{text}: exit {result.exit_code}\n{result.output}"
+        assert result.exit_code == LOCKSTEP_SCENARIO[key], (
+            f"{text}: exit {result.exit_code}\n{result.output}"
+        )
         if into:
             (tmp_path / into[0]).write_text(result.output, encoding="utf-8")
         ran.append(key)
@@ -517,10 +642,18 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
             run("lockstep site schema > site.schema.json")
             schema = json.loads((tmp_path / "site.schema.json").read_text(encoding="utf-8"))
             assert {"tpu", "iris", "spark", "jovian"} <= set(schema["properties"])
-            # The sandbox site's secrets, by name, in the .env block and the Secret's keys; no value.
-            secrets = SiteConfig.model_validate(tomllib.loads(sb.site_file.read_text())).secret_env_names()
-            dotenv, k8s = run("lockstep deploy env --format dotenv"), run("lockstep deploy env --format k8s")
-            assert secrets and all(f"\n{n}=\n" in dotenv and f"--from-file={n}=" in k8s for n in secrets)
+            # The sandbox site's secrets, by name, in the
+            # .env block and the Secret's keys; no value.
+            secrets = SiteConfig.model_validate(
+                tomllib.loads(sb.site_file.read_text())
+            ).secret_env_names()
+            dotenv, k8s = (
+                run("lockstep deploy env --format dotenv"),
+                run("lockstep deploy env --format k8s"),
+            )
+            assert secrets and all(
+                f"\n{n}=\n" in dotenv and f"--from-file={n}=" in k8s for n in secrets
+            )
             assert "0 failed" in run("lockstep preflight")
             report = json.loads(run("lockstep preflight --json"))
             assert report["exit_code"] == 0 and report["counts"]["fail"] == 0, report["counts"]
@@ -528,17 +661,27 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
             first = relock_build_promote()
             run("lockstep sandbox advance-harbor")
             second = relock_build_promote()
-            values |= {"<build>": first[:12], "<target build>": first[:12], "<current build>": second[:12]}
+            values |= {
+                "<build>": first[:12],
+                "<target build>": first[:12],
+                "<current build>": second[:12],
+            }
             plan = run("lockstep rollback plan --must-contain <harbor sha>")
             assert re.search(rf"build {first[:8]}.*TARGET", plan), plan
             run("lockstep rollback plan --build <build>")
-            assert "HOLDS: " in run("lockstep image probes sandbox.local/open-thoughts/openthoughts-agent:tpu")
+            assert "HOLDS: " in run(
+                "lockstep image probes sandbox.local/open-thoughts/openthoughts-agent:tpu"
+            )
             run("lockstep changelog <current build> <target build> --must-contain <harbor sha>")
-            assert "rejected by ops@lab" in run("lockstep reject <build> --reason OOMs on v5e-8 --by ops@lab")
+            assert "rejected by ops@lab" in run(
+                "lockstep reject <build> --reason OOMs on v5e-8 --by ops@lab"
+            )
             assert "released by ops@lab" in run("lockstep release <build> --by ops@lab")
             printed = run("lockstep pools --iris-builds 4").splitlines()
-            assert printed[:2] == ["dagster instance concurrency set tag_moves 1",
-                                   "dagster instance concurrency set iris_builds 4"], printed
+            assert printed[:2] == [
+                "dagster instance concurrency set tag_moves 1",
+                "dagster instance concurrency set iris_builds 4",
+            ], printed
             run("lockstep pools --apply --iris-builds 4")
             run("lockstep sandbox advance-harbor --no-version-bump")
             run("lockstep sandbox iris-fault fail")
@@ -550,8 +693,11 @@ def test_every_lockstep_command_the_docs_show_runs_against_a_sandbox(tmp_path: P
         stop_sandbox(sb.root)  # iris jobs, engines, the git daemon: by PID
     assert ran == list(LOCKSTEP_SCENARIO), "the scenario runs every listed command, in order"
 
-    # Both code locations load with the site the commands left behind, as `dagster definitions validate` says.
+    # Both code locations load with the site the commands
+    # left behind, as `dagster definitions validate` says.
     for s in shown_of("dagster validate"):
         words = [str(Path(sys.executable).parent / "dagster"), *s.words[1:]]
-        done = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            words, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+        )
         assert done.returncode == 0, f"{s}: {done.stdout[-2000:]}{done.stderr[-2000:]}"

@@ -1,5 +1,6 @@
-"""lockstep/status_model.py, pure: each mismatch warning appears (and none when the facts agree), the
-record survives its JSON round trip, a bad record is refused naming the URL, and the plans read it.
+"""lockstep/status_model.py, pure: each mismatch warning appears (and none when the facts agree),
+the record survives its JSON round trip, a bad record
+is refused naming the URL, and the plans read it.
 `lockstep status` itself against a real webserver is tests/tpu/test_status.py."""
 
 from __future__ import annotations
@@ -32,39 +33,72 @@ ID_1, ID_2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 DIGEST = "sha256:" + "d" * 64
 
 
-def facts(*, baked: str = HARBOR_A, locked: str = HARBOR_A, nodes: dict[str, str] | None = None
-          ) -> tuple[TpuFacts, ConsumerLock, list[LaneFacts]]:
-    tpu = TpuFacts(image="127.0.0.1:5000/lockstep/tpu-runtime", tag="tpu", digest=DIGEST, build="c" * 40,
-                   baked_harbor=baked, baked_from="verified record")
+def facts(
+    *, baked: str = HARBOR_A, locked: str = HARBOR_A, nodes: dict[str, str] | None = None
+) -> tuple[TpuFacts, ConsumerLock, list[LaneFacts]]:
+    tpu = TpuFacts(
+        image="127.0.0.1:5000/lockstep/tpu-runtime",
+        tag="tpu",
+        digest=DIGEST,
+        build="c" * 40,
+        baked_harbor=baked,
+        baked_from="verified record",
+    )
     consumer = ConsumerLock(branch="main", head="e" * 40, harbor_commit=locked)
-    lane = LaneFacts(name="glm53-2x", action="boot", rev="r28", tag="jovian-judgement:r28-glm53",
-                     expected_image_id=ID_1, nodes=nodes or {"spark-a": ID_1, "spark-b": ID_1}, ready_since=1.0e9)
+    lane = LaneFacts(
+        name="glm53-2x",
+        action="boot",
+        rev="r28",
+        tag="jovian-judgement:r28-glm53",
+        expected_image_id=ID_1,
+        nodes=nodes or {"spark-a": ID_1, "spark-b": ID_1},
+        ready_since=1.0e9,
+    )
     return tpu, consumer, [lane]
 
 
 def a_status(**kwargs: object) -> Status:
     tpu, consumer, lanes = facts(**kwargs)  # type: ignore[arg-type]
     return Status(
-        as_of=1.7e9, tpu=tpu, consumer=consumer, tag_hold=Hold(held=True, reason="rollback to build 12345678", since=1.6e9,
-                                                           by="run abc"),
+        as_of=1.7e9,
+        tpu=tpu,
+        consumer=consumer,
+        tag_hold=Hold(held=True, reason="rollback to build 12345678", since=1.6e9, by="run abc"),
         harbor_hold=Hold(held=False),
-        newest_build=NewestBuild(build="f" * 40, digest=ID_2.replace("2", "9"), harbor_commit=HARBOR_B, verified_at=1.6e9,
-                                 promotable=False, refusals=[Refusal(rule="soak", message="soak: wait until 12:00")],
-                                 attestation="attested: referrer signed by trusted key 0123456789abcdef",
-                                 changelog="harbor aaaaaaaa -> bbbbbbbb: 2 commits added"),
-        rollback=RollbackFacts(target_build="1" * 40, target_digest=DIGEST, explanation=":tpu is at x.\n  build 11111111: -> TARGET",
-                               scopes="What each scope changes:\n  image: ..."),
-        lanes=lanes, warnings=mismatch_warnings(tpu, consumer, lanes),
+        newest_build=NewestBuild(
+            build="f" * 40,
+            digest=ID_2.replace("2", "9"),
+            harbor_commit=HARBOR_B,
+            verified_at=1.6e9,
+            promotable=False,
+            refusals=[Refusal(rule="soak", message="soak: wait until 12:00")],
+            attestation="attested: referrer signed by trusted key 0123456789abcdef",
+            changelog="harbor aaaaaaaa -> bbbbbbbb: 2 commits added",
+        ),
+        rollback=RollbackFacts(
+            target_build="1" * 40,
+            target_digest=DIGEST,
+            explanation=":tpu is at x.\n  build 11111111: -> TARGET",
+            scopes="What each scope changes:\n  image: ...",
+        ),
+        lanes=lanes,
+        warnings=mismatch_warnings(tpu, consumer, lanes),
     )
 
 
-def test_no_warning_when_the_image_bakes_the_locked_harbor_and_every_node_serves_the_distributed_image() -> None:
+def test_no_warning_when_the_image_bakes_the_locked_harbor_and_every_node_serves_the_distributed_image() -> (  # noqa: E501
+    None
+):
     assert mismatch_warnings(*facts()) == []
 
 
 def test_an_image_baking_another_harbor_than_the_lock_is_a_warning_naming_both() -> None:
     (warning,) = mismatch_warnings(*facts(baked=HARBOR_A, locked=HARBOR_B))
-    assert "bakes harbor aaaaaaaa" in warning and "pins harbor bbbbbbbb" in warning and ":tpu" in warning
+    assert (
+        "bakes harbor aaaaaaaa" in warning
+        and "pins harbor bbbbbbbb" in warning
+        and ":tpu" in warning
+    )
 
 
 def test_a_lane_node_serving_another_image_id_is_a_warning_naming_the_node() -> None:
@@ -84,20 +118,23 @@ def test_the_record_round_trips_through_json_and_renders_warnings_first() -> Non
     found = a_status(baked=HARBOR_A, locked=HARBOR_B)
     again = Status.model_validate(json.loads(found.model_dump_json()))
     assert again == found and again.fingerprint_json() == found.fingerprint_json()
-    assert found.model_copy(update={"as_of": 2.0e9}).fingerprint_json() == found.fingerprint_json()  # time left out
+    # time left out
+    assert found.model_copy(update={"as_of": 2.0e9}).fingerprint_json() == found.fingerprint_json()
     text = render(found, now=found.as_of + 40)
-    assert text.splitlines()[0].startswith("WARNING: :tpu (sha256:dddddddddddd) bakes harbor aaaaaaaa")
+    assert text.splitlines()[0].startswith(
+        "WARNING: :tpu (sha256:dddddddddddd) bakes harbor aaaaaaaa"
+    )
     assert "as of 40 s ago" in text and "tag hold   : HELD (rollback to build 12345678" in text
     assert "NOT promotable: soak" in text and "spark-b: sha256:111111111111" in text
 
 
-# -- the command, against a stand-in webserver that answers one GraphQL document --------------------
+# -- the command, against a stand-in webserver that answers one GraphQL document -------------------
 
 
 class _Answer(BaseHTTPRequestHandler):
     body: bytes = b"{}"
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -123,14 +160,39 @@ def webserver() -> Iterator[tuple[str, type[_Answer]]]:
 
 
 def answering(handler: type[_Answer], metadata: object | None) -> None:
-    observations = [] if metadata is None else [{"timestamp": "1700000000000", "runId": "", "metadataEntries": [
-        {"__typename": "JsonMetadataEntry", "label": "status", "jsonString": json.dumps(metadata)}]}]
-    handler.body = json.dumps({"data": {"assetOrError": {"__typename": "Asset", "assetObservations": observations,
-                                                         "assetMaterializations": []}}}).encode()
+    observations = (
+        []
+        if metadata is None
+        else [
+            {
+                "timestamp": "1700000000000",
+                "runId": "",
+                "metadataEntries": [
+                    {
+                        "__typename": "JsonMetadataEntry",
+                        "label": "status",
+                        "jsonString": json.dumps(metadata),
+                    }
+                ],
+            }
+        ]
+    )
+    handler.body = json.dumps(
+        {
+            "data": {
+                "assetOrError": {
+                    "__typename": "Asset",
+                    "assetObservations": observations,
+                    "assetMaterializations": [],
+                }
+            }
+        }
+    ).encode()
 
 
 def test_status_exit_codes_follow_the_warnings_and_a_bad_record_is_an_operational_error(
-        webserver: tuple[str, type[_Answer]]) -> None:
+    webserver: tuple[str, type[_Answer]],
+) -> None:
     url, handler = webserver
     runner = CliRunner()
     answering(handler, json.loads(a_status().model_dump_json()))
@@ -155,18 +217,25 @@ def test_status_exit_codes_follow_the_warnings_and_a_bad_record_is_an_operationa
     assert runner.invoke(status, ["--url", url]).exit_code == 3
 
 
-def test_plan_text_answers_promote_and_rollback_from_the_record(webserver: tuple[str, type[_Answer]]) -> None:
+def test_plan_text_answers_promote_and_rollback_from_the_record(
+    webserver: tuple[str, type[_Answer]],
+) -> None:
     url, handler = webserver
     answering(handler, json.loads(a_status().model_dump_json()))
     promote, may = plan_text(Webserver(url), action="promote")
     assert not may and "promote build ffffffff" in promote and "soak: wait until 12:00" in promote
-    assert "changelog: harbor aaaaaaaa -> bbbbbbbb" in promote and "attestation: attested: referrer" in promote
+    assert (
+        "changelog: harbor aaaaaaaa -> bbbbbbbb" in promote
+        and "attestation: attested: referrer" in promote
+    )
     rollback, target = plan_text(Webserver(url), action="rollback")
     assert target and "rollback to build 11111111" in rollback and "-> TARGET" in rollback
     assert "What each scope changes" in rollback
 
 
-@pytest.mark.parametrize("url", ["ftp://127.0.0.1:3000", "http://127.0.0.1:3000/\x1b[31m", "-rf", ""])
+@pytest.mark.parametrize(
+    "url", ["ftp://127.0.0.1:3000", "http://127.0.0.1:3000/\x1b[31m", "-rf", ""]
+)
 def test_a_url_that_is_not_a_webserver_is_refused_before_anything_is_asked(url: str) -> None:
     said = CliRunner().invoke(status, ["--url", url])
     assert said.exit_code == 2 and "--url" in said.output, said.output

@@ -1,6 +1,7 @@
-"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`, `changelog`, `reject`, `release`, and the
-commands that act through the webserver: `promote`, `rollback`, `build reject|release`) refuses hostile
-arguments as usage errors (exit 2) before it reads the site, opens the instance, asks a registry or git
+"""The tpu-side CLI (`image digest|cat|probes`, `rollback plan`, `changelog`, `reject`, `release`,
+and the commands that act through the webserver: `promote`, `rollback`, `build reject|release`)
+refuses hostile arguments as usage errors (exit 2) before it reads
+the site, opens the instance, asks a registry or git
 anything, or connects to the webserver."""
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MARKERS = [Path("/tmp/lockstep-pwned"), Path("/tmp/lockstep-escape"), Path("/tmp
 
 @pytest.fixture
 def outside_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every registry read, socket connect and site load is recorded (and fails): none may happen."""
+    """Every registry read, socket connect and site
+    load is recorded (and fails): none may happen."""
     calls: list[str] = []
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("LOCKSTEP_SITE", raising=False)
@@ -52,7 +54,12 @@ COMMANDS = {
     "rollback --must-contain": lambda v: ["rollback", "plan", f"--must-contain={v}"],
     "changelog FROM": lambda v: ["changelog", "--", v, "abcd1234"],
     "changelog TO": lambda v: ["changelog", "--", "abcd1234", v],
-    "changelog --must-contain": lambda v: ["changelog", f"--must-contain={v}", "abcd1234", "abcd5678"],
+    "changelog --must-contain": lambda v: [
+        "changelog",
+        f"--must-contain={v}",
+        "abcd1234",
+        "abcd5678",
+    ],
     "reject": lambda v: ["reject", "--reason=bad build", "--", v],
     "release": lambda v: ["release", "--", v],
     "promote --build": lambda v: ["promote", f"--build={v}", "--by=ops"],
@@ -65,24 +72,47 @@ COMMANDS = {
 
 
 # The argument each refusal must name (click's "Invalid value for <it>"): where the value came from.
-ARGUMENT = {"image digest": "REF", "image cat ref": "REF", "image cat path": "PATH", "image probes": "REF",
-            "rollback --build": "--build", "rollback --must-contain": "--must-contain", "changelog FROM": "FROM",
-            "changelog TO": "TO", "changelog --must-contain": "--must-contain", "reject": "BUILD", "release": "BUILD",
-            "promote --build": "--build", "rollback act --build": "--build", "rollback act --must-contain": "--must-contain",
-            "rollback --plan --build": "--build", "build reject": "BUILD", "build release": "BUILD"}
+ARGUMENT = {
+    "image digest": "REF",
+    "image cat ref": "REF",
+    "image cat path": "PATH",
+    "image probes": "REF",
+    "rollback --build": "--build",
+    "rollback --must-contain": "--must-contain",
+    "changelog FROM": "FROM",
+    "changelog TO": "TO",
+    "changelog --must-contain": "--must-contain",
+    "reject": "BUILD",
+    "release": "BUILD",
+    "promote --build": "--build",
+    "rollback act --build": "--build",
+    "rollback act --must-contain": "--must-contain",
+    "rollback --plan --build": "--build",
+    "build reject": "BUILD",
+    "build release": "BUILD",
+}
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_hostile_arguments_are_refused_before_anything_is_read(command: str, outside_calls: list[str]) -> None:
+def test_hostile_arguments_are_refused_before_anything_is_read(
+    command: str, outside_calls: list[str]
+) -> None:
     refused = 0
     for value in HOSTILE:
         if command == "image cat path" and value and "\n" not in value:
-            continue  # a path inside an image is data read from its layers; only an empty or multi-line one is refused
-        if (command.startswith(("rollback", "promote")) or command.endswith("--must-contain")) and not value:
+            # a path inside an image is data read from its
+            # layers; only an empty or multi-line one is refused
+            continue
+        if (
+            command.startswith(("rollback", "promote")) or command.endswith("--must-contain")
+        ) and not value:
             continue  # an empty option is the default: no build / no required commit
         result = CliRunner().invoke(main, COMMANDS[command](value))
         assert result.exit_code == 2, (value, result.output)
-        assert result.exception is None or isinstance(result.exception, SystemExit), (value, result.exception)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            value,
+            result.exception,
+        )
         assert "Error" in result.output, (value, result.output)
         assert f"Invalid value for {ARGUMENT[command]}" in result.output, (value, result.output)
         refused += 1

@@ -5,9 +5,9 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-# Importing dagster leaves ~110k long-lived objects, and the first full collection after it, which the
-# imports below would set off, rescans them all: a sixth of loading a location. They live as long as
-# the process does, so they go where no collection looks again.
+# Importing dagster leaves ~110k long-lived objects, and the first full collection after it, which
+# the imports below would set off, rescans them all: a sixth of loading a location. They live as
+# long as the process does, so they go where no collection looks again.
 gc.freeze()
 
 from resources.git import git_for
@@ -64,21 +64,31 @@ def tpu_resources(site: SiteConfig | None) -> dict[str, object]:
 
 
 def harbor_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
-    """harbor_branch_sensor over these resources' `site` and `git` objects (a tick initializes neither)."""
+    """harbor_branch_sensor over these resources' `site`
+    and `git` objects (a tick initializes neither)."""
     return build_harbor_branch_sensor(
-        job_name=relock_harbor.name, observed=HARBOR_HEAD, lock_key=HARBOR_LOCK, site=resources["site"], git=resources["git"]
+        job_name=relock_harbor.name,
+        observed=HARBOR_HEAD,
+        lock_key=HARBOR_LOCK,
+        site=resources["site"],
+        git=resources["git"],
     )
 
 
 def consumer_rebuild_sensor(resources: Mapping[str, object]) -> dg.SensorDefinition:
-    """consumer_rebuild_sensor over these resources' `site` and `git` objects (a tick initializes neither)."""
+    """consumer_rebuild_sensor over these resources' `site`
+    and `git` objects (a tick initializes neither)."""
     return build_consumer_rebuild_sensor(
-        job_name=build_tpu.name, partitions_def=tpu_builds, site=resources["site"], git=resources["git"]
+        job_name=build_tpu.name,
+        partitions_def=tpu_builds,
+        site=resources["site"],
+        git=resources["git"],
     )
 
 
 def build_defs(site: SiteConfig | None) -> dg.Definitions:
-    """The location's definitions from the site file read at load: owners on every asset, resources."""
+    """The location's definitions from the site file
+    read at load: owners on every asset, resources."""
     resources = tpu_resources(site)
     return dg.Definitions(
         assets=with_owners(
@@ -91,16 +101,25 @@ def build_defs(site: SiteConfig | None) -> dg.Definitions:
             uv_lock_check,
             floating_tag_bakes_locked_harbor,
         ],
-        jobs=[relock_harbor, release_harbor_hold, build_tpu, promote_tpu, rollback_tpu, release_tpu_hold,
-              reject_tpu_build, release_tpu_build, refresh_status],
+        jobs=[
+            relock_harbor,
+            release_harbor_hold,
+            build_tpu,
+            promote_tpu,
+            rollback_tpu,
+            release_tpu_hold,
+            reject_tpu_build,
+            release_tpu_build,
+            refresh_status,
+        ],
         sensors=[
             harbor_sensor(resources),
             consumer_rebuild_sensor(resources),
             build_auto_promote_sensor(job_name=promote_tpu.name),
             build_floating_tag_watch(),
             build_status_sensor(git=resources["git"]),
-            # The one alert path (the event log is the instance's, not a location's: a second copy would
-            # post every event twice).
+            # The one alert path (the event log is the instance's, not a location's: a second copy
+            # would post every event twice).
             build_alert_sensor(),
         ],
         resources=resources,

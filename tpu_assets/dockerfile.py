@@ -27,15 +27,19 @@ def pin_variable(package: str) -> str:
 
 
 def _pattern(variable: str) -> re.Pattern[str]:
-    return re.compile(rf"^(?P<head>\s*ENV\s+{re.escape(variable)}(?:\s*=\s*|\s+))(?P<value>\S*)(?P<tail>.*)$", re.I)
+    return re.compile(
+        rf"^(?P<head>\s*ENV\s+{re.escape(variable)}(?:\s*=\s*|\s+))(?P<value>\S*)(?P<tail>.*)$",
+        re.IGNORECASE,
+    )
 
 
 def _exact(variable: str) -> re.Pattern[str]:
-    """The whole line is the pin and nothing else: `ENV VAR=<value>` (or the legacy `ENV VAR <value>`)."""
-    return re.compile(rf"^\s*ENV\s+{re.escape(variable)}(?:=|\s+)(?P<value>\S+)\s*$", re.I)
+    """The whole line is the pin and nothing else: `ENV
+    VAR=<value>` (or the legacy `ENV VAR <value>`)."""
+    return re.compile(rf"^\s*ENV\s+{re.escape(variable)}(?:=|\s+)(?P<value>\S+)\s*$", re.IGNORECASE)
 
 
-_ESCAPE_DIRECTIVE = re.compile(r"^#\s*escape\s*=\s*(\S)\s*$", re.I)
+_ESCAPE_DIRECTIVE = re.compile(r"^#\s*escape\s*=\s*(\S)\s*$", re.IGNORECASE)
 _DIRECTIVE = re.compile(r"^#\s*[A-Za-z][A-Za-z0-9_-]*\s*=")
 _HEREDOC = re.compile(r"<<(-?)\s*([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
 
@@ -47,9 +51,11 @@ class _Instruction(Model):
 
 
 def _scan(text: str) -> tuple[list[_Instruction], dict[int, int]]:
-    """The Dockerfile's instructions as BuildKit reads them, and {heredoc body line: the line that opened it}.
+    """The Dockerfile's instructions as BuildKit reads
+    them, and {heredoc body line: the line that opened it}.
 
-    A line ending in the escape character continues onto the next; `<<EOF` opens a here-document whose
+    A line ending in the escape character continues
+    onto the next; `<<EOF` opens a here-document whose
     body (up to a line that is `EOF`) is data for the instruction, never an instruction itself."""
     escape = "\\"
     instructions: list[_Instruction] = []
@@ -85,42 +91,65 @@ def _scan(text: str) -> tuple[list[_Instruction], dict[int, int]]:
 
 
 def find_pin(text: str, path: str | Path, variable: str) -> DockerfilePin:
-    """The single ``ENV <variable>=<sha>`` instruction, alone on its own line and outside any here-document.
+    """The single ``ENV <variable>=<sha>`` instruction,
+    alone on its own line and outside any here-document.
 
     A second variable on the line, a pin continued with a backslash, a pin only inside a `RUN <<EOF`
-    body (shell text, which docker never reads as ENV), a missing, repeated or non-sha pin: each is a
-    FileFormatError naming the line. Anything looser lets the line lockstep rewrites differ from the
+    body (shell text, which docker never reads as ENV), a missing, repeated or non-sha pin: each is
+    a FileFormatError naming the line. Anything looser
+    lets the line lockstep rewrites differ from the
     value the image is built with."""
     instructions, heredoc_of = _scan(text)
-    names = re.compile(rf"^\s*ENV\s+(?:.*\s)?{re.escape(variable)}(?:=|\s|$)", re.I)
+    names = re.compile(rf"^\s*ENV\s+(?:.*\s)?{re.escape(variable)}(?:=|\s|$)", re.IGNORECASE)
     hits = [ins for ins in instructions if names.match(ins.text)]
     lines = text.splitlines()
     if not hits:
         inside = next((n for n in heredoc_of if names.match(lines[n - 1])), None)
         if inside is not None:
-            raise FileFormatError(path, inside, f"`ENV {variable}` is inside the here-document opened on line "
-                                                f"{heredoc_of[inside]}: that is shell text, not an instruction; put the pin "
-                                                "on its own line above it")
-        last_from = max((ins.line for ins in instructions if ins.text.lstrip().upper().startswith("FROM")), default=1)
+            raise FileFormatError(
+                path,
+                inside,
+                f"`ENV {variable}` is inside the here-document opened on line "
+                f"{heredoc_of[inside]}: that is shell text, not an instruction; put the pin "
+                "on its own line above it",
+            )
+        last_from = max(
+            (ins.line for ins in instructions if ins.text.lstrip().upper().startswith("FROM")),
+            default=1,
+        )
         raise FileFormatError(
-            path, last_from,
-            f"no `ENV {variable}=<sha>` line after this FROM: lockstep keeps the image's pin in lockstep with uv.lock "
+            path,
+            last_from,
+            f"no `ENV {variable}=<sha>` line after this FROM: lockstep keeps the image's pin in "
+            "lockstep with uv.lock "
             f"through it; add one above the RUN that installs it with --force-reinstall",
         )
     if len(hits) > 1:
         shown = ", ".join(str(ins.line) for ins in hits)
-        raise FileFormatError(path, hits[1].line, f"`ENV {variable}` is set on lines {shown}: keep exactly one")
+        raise FileFormatError(
+            path, hits[1].line, f"`ENV {variable}` is set on lines {shown}: keep exactly one"
+        )
     pin = hits[0]
     if len(pin.lines) > 1:
-        raise FileFormatError(path, pin.line, f"`ENV {variable}` is continued onto line {pin.lines[1]}: the pin is one "
-                                              f"line, `ENV {variable}=<40-hex sha>`, and nothing else")
+        raise FileFormatError(
+            path,
+            pin.line,
+            f"`ENV {variable}` is continued onto line {pin.lines[1]}: the pin is one "
+            f"line, `ENV {variable}=<40-hex sha>`, and nothing else",
+        )
     match = _exact(variable).match(lines[pin.line - 1])
     if match is None:
-        raise FileFormatError(path, pin.line, f"{lines[pin.line - 1].strip()[:200]!r} sets more than {variable}: the pin "
-                                              f"is its own line, `ENV {variable}=<40-hex sha>`, and nothing else")
+        raise FileFormatError(
+            path,
+            pin.line,
+            f"{lines[pin.line - 1].strip()[:200]!r} sets more than {variable}: the pin "
+            f"is its own line, `ENV {variable}=<40-hex sha>`, and nothing else",
+        )
     value = match.group("value")
     if not SHA_RE.match(value):
-        raise FileFormatError(path, pin.line, f"{variable}={value!r} is not a full 40-hex commit sha")
+        raise FileFormatError(
+            path, pin.line, f"{variable}={value!r} is not a full 40-hex commit sha"
+        )
     return DockerfilePin(path=str(path), line=pin.line, variable=variable, commit=value)
 
 
@@ -130,6 +159,6 @@ def set_pin(text: str, path: str | Path, variable: str, commit: str) -> str:
     lines = text.splitlines(keepends=True)
     m = _pattern(variable).match(lines[pin.line - 1].rstrip("\r\n"))
     assert m is not None
-    ending = lines[pin.line - 1][len(lines[pin.line - 1].rstrip("\r\n")):]
+    ending = lines[pin.line - 1][len(lines[pin.line - 1].rstrip("\r\n")) :]
     lines[pin.line - 1] = f"{m.group('head')}{commit}{m.group('tail')}{ending}"
     return "".join(lines)

@@ -1,4 +1,5 @@
-"""The harbor hold: after a runtime rollback, no automation re-locks harbor until a person releases it.
+"""The harbor hold: after a runtime rollback, no
+automation re-locks harbor until a person releases it.
 
 The hold lives on `tpu/harbor_lock`'s materializations, beside the consumer commit it protects: the
 runtime pin is a materialization of that asset (the lock's state lockstep pushed) with `harbor_hold`
@@ -38,4 +39,6 @@ def read_hold(instance: dg.DagsterInstance, lock_key: dg.AssetKey) -> HarborHold
         return HarborHold(held=False)
     meta = records[0].asset_materialization.metadata
     held = getattr(meta.get(HOLD), "value", False)
-    return HarborHold(held=bool(held), reason=str(getattr(meta.get(HOLD_REASON), "value", "") or ""))
+    return HarborHold(
+        held=bool(held), reason=str(getattr(meta.get(HOLD_REASON), "value", "") or "")
+    )

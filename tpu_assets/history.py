@@ -1,4 +1,5 @@
-"""The verified and promoted history, read back from (and written to) the Dagster instance's event log.
+"""The verified and promoted history, read back from
+(and written to) the Dagster instance's event log.
 
 These records are the audit trail a rollback is chosen from: nothing else is kept on the side. The
 promotion log is `tpu/floating_tag`'s materializations; the intent a run logs before it writes the
@@ -25,21 +26,24 @@ from tpu_assets.rollback import TagMove, VerifiedBuild
 from tpu_assets.tag_log import LogState, TagIntent
 
 _PAGE = 500
-# A plan needs the newest record or two (where the tag is, what it was before): the first read is small.
+# A plan needs the newest record or two (where the tag
+# is, what it was before): the first read is small.
 FIRST_PAGE = 4
 # A promote judges the newest verified build, and its changelog and attestation look up the build it
-# moves the tag from, normally the one verified before it: two records (each costs its deserialization)
-# instead of one, because with one the changelog's lookup of the current digest costs two more reads (its
-# data-version index, then the next page). A rejected newest build reads on, page by page.
+# moves the tag from, normally the one verified before it: two records (each costs its
+# deserialization) instead of one, because with one the changelog's lookup of the current digest
+# costs two more reads (its data-version index, then the
+# next page). A rejected newest build reads on, page by page.
 PROMOTE_FIRST = 2
-# Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag to
-# the digest a move left the tag at.
+# Dagster indexes this tag of every asset event: verified_image sets it to the digest, floating_tag
+# to the digest a move left the tag at.
 DATA_VERSION_TAG = "dagster/data_version"
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 T = TypeVar("T")
 # An intent observation says so in its metadata: it is not a move, and must never be read as one.
 RECORD_KIND = "lockstep_record"
-# Who acted on a move or a hold, as a run tag (a launcher that knows the person sets it) and metadata key.
+# Who acted on a move or a hold, as a run tag (a launcher
+# that knows the person sets it) and metadata key.
 BY_TAG = "lockstep/by"
 USER_TAG = "dagster/user"
 BY = "by"
@@ -55,8 +59,14 @@ class Newest(Sequence[T]):
     of that first read.
     """
 
-    def __init__(self, fetch: Callable[[int, str | None], dg.EventRecordsResult],
-                 convert: Callable[[dg.EventLogRecord], T], *, first: int = FIRST_PAGE, eager: bool = True) -> None:
+    def __init__(
+        self,
+        fetch: Callable[[int, str | None], dg.EventRecordsResult],
+        convert: Callable[[dg.EventLogRecord], T],
+        *,
+        first: int = FIRST_PAGE,
+        eager: bool = True,
+    ) -> None:
         self._fetch, self._convert = fetch, convert
         self.records: list[dg.EventLogRecord] = []
         self._items: list[T] = []
@@ -114,10 +124,18 @@ class Newest(Sequence[T]):
         return reversed(self._items)
 
 
-def _newest(instance: dg.DagsterInstance, records: dg.AssetRecordsFilter, convert: Callable[[dg.EventLogRecord], T],
-            *, first: int = FIRST_PAGE) -> Newest[T]:
-    return Newest(lambda limit, cursor: instance.fetch_materializations(records, limit=limit, cursor=cursor),
-                  convert, first=first)
+def _newest(
+    instance: dg.DagsterInstance,
+    records: dg.AssetRecordsFilter,
+    convert: Callable[[dg.EventLogRecord], T],
+    *,
+    first: int = FIRST_PAGE,
+) -> Newest[T]:
+    return Newest(
+        lambda limit, cursor: instance.fetch_materializations(records, limit=limit, cursor=cursor),
+        convert,
+        first=first,
+    )
 
 
 def _meta(event: dg.AssetMaterialization | dg.AssetObservation | None) -> dict[str, object]:
@@ -127,8 +145,12 @@ def _meta(event: dg.AssetMaterialization | dg.AssetObservation | None) -> dict[s
 
 def _verified(r: dg.EventLogRecord) -> VerifiedBuild:
     m = _meta(r.asset_materialization)
-    return VerifiedBuild(build=r.partition_key or "", digest=str(m["digest"]), harbor_commit=str(m["harbor_commit"]),
-                         verified_at=r.timestamp)
+    return VerifiedBuild(
+        build=r.partition_key or "",
+        digest=str(m["digest"]),
+        harbor_commit=str(m["harbor_commit"]),
+        verified_at=r.timestamp,
+    )
 
 
 def _has_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, digest: str) -> bool:
@@ -137,24 +159,39 @@ def _has_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, digest: st
 
 
 class VerifiedHistory(Newest[VerifiedBuild]):
-    """`tpu/verified_image` newest first (VerifiedRecords): a build's records are read by its partition,
-    a digest by the data-version index, so a lookup costs the same at 10 records as at 10,000. The
+    """`tpu/verified_image` newest first (VerifiedRecords): a build's records are read by its
+    partition, a digest by the data-version index, so a
+    lookup costs the same at 10 records as at 10,000. The
     first page is twice the log's: builds are verified that are never promoted."""
 
     def __init__(self, instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE) -> None:
         self._instance = instance
-        # Not read until used: a plan may look its builds up by partition and never walk this at all.
-        super().__init__(lambda limit, cursor: instance.fetch_materializations(VERIFIED_IMAGE, limit=limit, cursor=cursor),
-                         _verified, first=first, eager=False)
+        # Not read until used: a plan may look its builds
+        # up by partition and never walk this at all.
+        super().__init__(
+            lambda limit, cursor: instance.fetch_materializations(
+                VERIFIED_IMAGE, limit=limit, cursor=cursor
+            ),
+            _verified,
+            first=first,
+            eager=False,
+        )
 
-    def _of_builds(self, builds: Sequence[str], *, first: int = FIRST_PAGE) -> Newest[VerifiedBuild]:
-        return _newest(self._instance, dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, asset_partitions=list(builds)),
-                       _verified, first=first)
+    def _of_builds(
+        self, builds: Sequence[str], *, first: int = FIRST_PAGE
+    ) -> Newest[VerifiedBuild]:
+        return _newest(
+            self._instance,
+            dg.AssetRecordsFilter(asset_key=VERIFIED_IMAGE, asset_partitions=list(builds)),
+            _verified,
+            first=first,
+        )
 
     def prefetch(self, builds: Sequence[str]) -> None:
         # The builds a plan asks about are mostly among the newest verified ones: one read of those.
-        # Not one read by all their partitions: SQLite's planner answers that by walking every record
-        # of the asset. A build not among them is read alone, by its partition, when it is looked up.
+        # Not one read by all their partitions: SQLite's planner answers that by walking every
+        # record of the asset. A build not among them is read
+        # alone, by its partition, when it is looked up.
         if builds and not self._started:
             self._read()
 
@@ -164,11 +201,19 @@ class VerifiedHistory(Newest[VerifiedBuild]):
             if (hit := next((v for v in self._items if v.build == prefix), None)) is not None:
                 yield hit
                 # The rest only when asked for: past that record in the build's own, newest first.
-                yield from itertools.islice(itertools.dropwhile(lambda v: v != hit, self._of_builds([prefix])), 1, None)
+                yield from itertools.islice(
+                    itertools.dropwhile(lambda v: v != hit, self._of_builds([prefix])), 1, None
+                )
                 return
             builds = [prefix]
-        else:  # a person's short prefix: the partition names (one read of short strings), then their records
-            builds = [p for p in self._instance.get_dynamic_partitions(tpu_builds.name) if p.startswith(prefix)]
+        # a person's short prefix: the partition names
+        # (one read of short strings), then their records
+        else:
+            builds = [
+                p
+                for p in self._instance.get_dynamic_partitions(tpu_builds.name)
+                if p.startswith(prefix)
+            ]
         if builds:
             yield from self._of_builds(builds)
 
@@ -186,44 +231,61 @@ class VerifiedHistory(Newest[VerifiedBuild]):
         return next((v for v in self if match(v)), None)
 
 
-def verified_history(instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE) -> VerifiedHistory:
-    """Every verified build, newest first, read only as far back as it is used (`first` records at first)."""
+def verified_history(
+    instance: dg.DagsterInstance, *, first: int = 2 * FIRST_PAGE
+) -> VerifiedHistory:
+    """Every verified build, newest first, read only as
+    far back as it is used (`first` records at first)."""
     return VerifiedHistory(instance, first=first)
 
 
 def _move(record: dg.EventLogRecord) -> TagMove:
     m = _meta(record.asset_materialization)
-    return TagMove(action=str(m["action"]), from_digest=str(m.get("from_digest") or "") or None,  # type: ignore[arg-type]
-                   to_digest=str(m.get("to_digest") or "") or None, build=str(m.get("build") or "") or None,
-                   hold=bool(m.get("hold")), recorded=str(m.get("recorded") or ""), at=record.timestamp)
+    return TagMove(
+        action=str(m["action"]),
+        from_digest=str(m.get("from_digest") or "") or None,  # type: ignore[arg-type]
+        to_digest=str(m.get("to_digest") or "") or None,
+        build=str(m.get("build") or "") or None,
+        hold=bool(m.get("hold")),
+        recorded=str(m.get("recorded") or ""),
+        at=record.timestamp,
+    )
 
 
 class TagHistory(Newest[TagMove]):
-    """`tpu/floating_tag`'s moves newest first (MoveLog): the current state and hold are its first record."""
+    """`tpu/floating_tag`'s moves newest first (MoveLog):
+    the current state and hold are its first record."""
 
     def __init__(self, instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> None:
         self._instance = instance
-        super().__init__(lambda limit, cursor: instance.fetch_materializations(FLOATING_TAG, limit=limit, cursor=cursor),
-                         _move, first=first)
+        super().__init__(
+            lambda limit, cursor: instance.fetch_materializations(
+                FLOATING_TAG, limit=limit, cursor=cursor
+            ),
+            _move,
+            first=first,
+        )
 
     def was_on_tag(self, digest: str) -> bool:
-        # Each record's data version is the digest it left the tag at; the first record's from-digest
-        # (the tag before lockstep) is recorded as an observed move's to-digest.
+        # Each record's data version is the digest it left the tag at; the first record's
+        # from-digest (the tag before lockstep) is recorded as an observed move's to-digest.
         return _has_data_version(self._instance, FLOATING_TAG, digest)
 
 
 def tag_history(instance: dg.DagsterInstance, *, first: int = FIRST_PAGE) -> TagHistory:
     """Every move of the floating tag, newest first: lockstep's own and the `observed` ones, read
-    only as far back as it is used (`first` records at first: 1 is where the tag is and its hold)."""
+    only as far back as it is used (`first` records
+    at first: 1 is where the tag is and its hold)."""
     return TagHistory(instance, first=first)
 
 
 def read_ahead(instance: dg.DagsterInstance, reads: Callable[[], T]) -> Future[T]:
-    """`reads` (event-log reads, and what they decide) started now; `.result()` is what it returned or
-    raised. With a Postgres event log it runs on a thread of its own, so the caller's next read is in
-    flight meanwhile (each read is mostly waiting on the server: a new connection, then the statement).
-    Otherwise it runs here, at once: SQLite's storage holds one lock around every connection and answers
-    in-process, so a second thread would only queue behind it. The caller must not touch what `reads`
+    """`reads` (event-log reads, and what they decide) started now; `.result()` is what it returned
+    or raised. With a Postgres event log it runs on a thread of its own, so the caller's next read
+    is in flight meanwhile (each read is mostly waiting on the server: a new connection, then the
+    statement). Otherwise it runs here, at once: SQLite's storage holds one lock around every
+    connection and answers in-process, so a second thread would only queue
+    behind it. The caller must not touch what `reads`
     uses until it has the result."""
     from tpu_assets.tag_lock import postgres_url
 
@@ -246,11 +308,16 @@ def read_ahead(instance: dg.DagsterInstance, reads: Callable[[], T]) -> Future[T
 _UNREAD = object()
 
 
-def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None, *,
-              registry_at: str | None | object = _UNREAD) -> LogState:
-    """The log's newest record and the intents logged after it: two small reads, fit for a sensor tick
-    (one when `log`, the history this run already read, gives the newest record). `registry_at`: where
-    the writer asking has just read the tag; when the newest record says the same, the intents are
+def log_state(
+    instance: dg.DagsterInstance,
+    log: TagHistory | None = None,
+    *,
+    registry_at: str | None | object = _UNREAD,
+) -> LogState:
+    """The log's newest record and the intents logged after it: two small reads, fit for a sensor
+    tick (one when `log`, the history this run already read, gives the newest record).
+    `registry_at`: where the writer asking has just read the tag; when
+    the newest record says the same, the intents are
     not read (they cannot change what unrecorded_moves records then: nothing)."""
     if log is not None:
         latest = log.records[0] if log.records else None
@@ -263,35 +330,54 @@ def log_state(instance: dg.DagsterInstance, log: TagHistory | None = None, *,
     if registry_at is not _UNREAD and registry_at == state.current:
         return state
     observed = instance.fetch_observations(
-        dg.AssetRecordsFilter(asset_key=FLOATING_TAG, after_storage_id=state.last_storage_id), limit=_PAGE
+        dg.AssetRecordsFilter(asset_key=FLOATING_TAG, after_storage_id=state.last_storage_id),
+        limit=_PAGE,
     ).records
     for r in observed:  # newest first
         m = _meta(r.asset_observation)
         if m.get(RECORD_KIND) != INTENT:
             continue
-        state.intents.append(TagIntent(
-            run_id=str(m["run_id"]), action=str(m["action"]), from_digest=str(m.get("from_digest") or "") or None,  # type: ignore[arg-type]
-            to_digest=str(m["to_digest"]), build=str(m.get("build") or "") or None, hold=bool(m.get("hold")),
-            at=r.timestamp,
-        ))
+        state.intents.append(
+            TagIntent(
+                run_id=str(m["run_id"]),
+                action=str(m["action"]),
+                from_digest=str(m.get("from_digest") or "") or None,  # type: ignore[arg-type]
+                to_digest=str(m["to_digest"]),
+                build=str(m.get("build") or "") or None,
+                hold=bool(m.get("hold")),
+                at=r.timestamp,
+            )
+        )
     return state
 
 
 def acted_by(configured: str, tags: Mapping[str, str]) -> str:
-    """Who acts on the floating tag or the harbor hold: the config's `by`, else the run's `lockstep/by`
-    tag, else its `dagster/user` tag (Dagster+ sets it), else "". One printable line: it goes into
+    """Who acts on the floating tag or the harbor hold: the config's `by`, else the run's
+    `lockstep/by` tag, else its `dagster/user` tag (Dagster+
+    sets it), else "". One printable line: it goes into
     alerts and the run log as written."""
     who = configured.strip() or tags.get(BY_TAG, "").strip() or tags.get(USER_TAG, "").strip()
     line = who.splitlines()[0] if who else ""
     return "".join(c if c.isprintable() else "?" for c in line)[:MAX_BY]
 
 
-def move_metadata(site: SiteConfig, move: TagMove, *, note: str = "", must_contain: str = "",
-                  plan_text: str = "", by: str = "") -> dict[str, dg.MetadataValue]:
-    """One promotion-log record as metadata (what `tag_history` reads back), with a summary for the UI.
+def move_metadata(
+    site: SiteConfig,
+    move: TagMove,
+    *,
+    note: str = "",
+    must_contain: str = "",
+    plan_text: str = "",
+    by: str = "",
+) -> dict[str, dg.MetadataValue]:
+    """One promotion-log record as metadata (what
+    `tag_history` reads back), with a summary for the UI.
     `by`: who acted (empty for a move nobody named, e.g. one the watch found)."""
     tpu = site.tpu
-    summary = f"**{move.action}** `:{tpu.floating_tag}` {move.from_digest or 'nothing'} -> {move.to_digest or 'nothing'}"
+    summary = (
+        f"**{move.action}** `:{tpu.floating_tag}` {move.from_digest or 'nothing'} -> "
+        f"{move.to_digest or 'nothing'}"
+    )
     if move.build:
         summary += f" (build {move.build[:8]})"
     if by:
@@ -317,15 +403,18 @@ def move_metadata(site: SiteConfig, move: TagMove, *, note: str = "", must_conta
 
 
 def move_materialization(site: SiteConfig, move: TagMove, **kwargs: str) -> dg.AssetMaterialization:
-    """A record logged outside the asset's own output: by the watch, or a run recording a move it found."""
+    """A record logged outside the asset's own output:
+    by the watch, or a run recording a move it found."""
     return dg.AssetMaterialization(
-        asset_key=FLOATING_TAG, metadata=move_metadata(site, move, **kwargs),
+        asset_key=FLOATING_TAG,
+        metadata=move_metadata(site, move, **kwargs),
         tags={"dagster/data_version": move.to_digest or "none"},
     )
 
 
 def intent_observation(site: SiteConfig, intent: TagIntent) -> dg.AssetObservation:
-    """The move a run is about to write, logged before its PUT (not a move: `tag_history` skips it)."""
+    """The move a run is about to write, logged before
+    its PUT (not a move: `tag_history` skips it)."""
     tpu = site.tpu
     return dg.AssetObservation(
         asset_key=FLOATING_TAG,
@@ -339,8 +428,10 @@ def intent_observation(site: SiteConfig, intent: TagIntent) -> dg.AssetObservati
             "hold": dg.MetadataValue.bool(intent.hold),
             "summary": dg.MetadataValue.md(
                 f"**intent** of run `{intent.run_id}`: {intent.action} `:{tpu.floating_tag}` "
-                f"{intent.from_digest or 'nothing'} -> {intent.to_digest}. Logged before the registry write; "
-                "the move itself is the next materialization (or floating_tag_watch records it if the run died)."
+                f"{intent.from_digest or 'nothing'} -> {intent.to_digest}. Logged before the "
+                "registry write; "
+                "the move itself is the next materialization (or floating_tag_watch records it "
+                "if the run died)."
             ),
         },
     )

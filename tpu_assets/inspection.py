@@ -67,18 +67,30 @@ def _probes_from(scan: ImageScan, probes: list[Probe], site_packages: str) -> Fi
         pattern = _under(site_packages, probe.path)
         paths = scan.glob(pattern) if _is_glob(pattern) else [pattern]
         if not paths:
-            results.append(Finding(passed=False, description=f"{probe.name}: nothing in the image matches {pattern}"))
+            results.append(
+                Finding(
+                    passed=False,
+                    description=f"{probe.name}: nothing in the image matches {pattern}",
+                )
+            )
         for path in paths:
             results.append(run_probe(probe, path, _text(scan.file(path))))
     facts = {k: v for r in results for k, v in r.facts.items()}
-    return Finding(passed=all(r.passed for r in results), description="\n".join(r.description for r in results), facts=facts)
+    return Finding(
+        passed=all(r.passed for r in results),
+        description="\n".join(r.description for r in results),
+        facts=facts,
+    )
 
 
 # -- the public reads ------------------------------------------------------------------------------
 
 
-def read_installed(registry: Registry, *, repository: str, reference: str, site_packages: str, package: str) -> InstalledDist | None:
-    """The installed distribution's METADATA and direct_url.json, found by globbing its dist-info."""
+def read_installed(
+    registry: Registry, *, repository: str, reference: str, site_packages: str, package: str
+) -> InstalledDist | None:
+    """The installed distribution's METADATA and
+    direct_url.json, found by globbing its dist-info."""
     query = _dist_info_query(site_packages, package)
     scan = registry.scan(repository=repository, reference=reference, globs=[query])
     return _installed_from(scan, query)
@@ -91,24 +103,38 @@ def run_probes(registry: Registry, *, repository: str, reference: str, tpu: TpuS
     return _probes_from(scan, tpu.probes, tpu.site_packages)
 
 
-def verify_image(registry: Registry, *, built: BuiltImage, tpu: TpuSection, repository: str) -> dict[str, Finding]:
-    """The three image checks, from the pushed image's layers (by digest, so a moved tag cannot interfere).
+def verify_image(
+    registry: Registry, *, built: BuiltImage, tpu: TpuSection, repository: str
+) -> dict[str, Finding]:
+    """The three image checks, from the pushed image's
+    layers (by digest, so a moved tag cannot interfere).
 
     One scan reads everything. It reads each layer it opens to its end (checked against its digest),
-    so the layers land in the registry's blob cache: tpu/verified_image verifies the same image again
-    and then reads them from disk.
+    so the layers land in the registry's blob cache: tpu/verified_image verifies the same image
+    again and then reads them from disk.
     """
     manifest = registry.manifest(repository=repository, reference=built.digest)
     if manifest is None:
         why = registry.absence(repository=repository, reference=built.digest)
-        missing = Finding(passed=False, description=f"{built.pinned_ref} is not in the registry ({why})")
+        missing = Finding(
+            passed=False, description=f"{built.pinned_ref} is not in the registry ({why})"
+        )
         return {CHECK_INSTALLED: missing, CHECK_PROBES: missing, CHECK_LAYERS: missing}
     installed_query = _dist_info_query(tpu.site_packages, tpu.harbor_package)
     paths, globs = _probe_queries(tpu)
-    scan = registry.scan(repository=repository, reference=built.digest, paths=paths,
-                         globs=[installed_query, *globs], read_whole_layers=True)
+    scan = registry.scan(
+        repository=repository,
+        reference=built.digest,
+        paths=paths,
+        globs=[installed_query, *globs],
+        read_whole_layers=True,
+    )
     return {
-        CHECK_INSTALLED: installed_matches_lock(_installed_from(scan, installed_query), built.lock_pin, tpu.harbor_package),
+        CHECK_INSTALLED: installed_matches_lock(
+            _installed_from(scan, installed_query), built.lock_pin, tpu.harbor_package
+        ),
         CHECK_PROBES: _probes_from(scan, tpu.probes, tpu.site_packages),
-        CHECK_LAYERS: layers_pullable(manifest, min_layers=tpu.min_layers, max_layer_bytes=tpu.max_layer_bytes),
+        CHECK_LAYERS: layers_pullable(
+            manifest, min_layers=tpu.min_layers, max_layer_bytes=tpu.max_layer_bytes
+        ),
     }

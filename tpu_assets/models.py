@@ -77,7 +77,8 @@ class SmokeResult(Model):
 
 
 class VerifiedImage(Model):
-    """`tpu/verified_image`: a build that passed every check and the smoke (the 'last good' record)."""
+    """`tpu/verified_image`: a build that passed every
+    check and the smoke (the 'last good' record)."""
 
     build: str
     digest: str

@@ -39,7 +39,8 @@ class PromotionRefused(Refused):
 
 
 class AlreadyThere(PromotionRefused):
-    """The promote's target is already on the tag (decide_move refuses that only when the log says so too)."""
+    """The promote's target is already on the tag (decide_move
+    refuses that only when the log says so too)."""
 
 
 class TagStateUnknown(LockstepError):
@@ -47,7 +48,8 @@ class TagStateUnknown(LockstepError):
 
 
 class PhantomDigest(LockstepError):
-    """The registry says a tag is at a digest whose manifest it cannot serve: nothing is recorded."""
+    """The registry says a tag is at a digest whose
+    manifest it cannot serve: nothing is recorded."""
 
 
 def served(registry: Registry, *, repository: str, tag: str, digest: str | None) -> str | None:
@@ -61,24 +63,39 @@ def served(registry: Registry, *, repository: str, tag: str, digest: str | None)
         return None
     try:
         stored = registry.stored(repository=repository, reference=digest)
-        why = "it has no manifest by that digest" if stored is None else (
-            "" if digest_of(stored.raw) == digest else f"the manifest it serves hashes to {digest_of(stored.raw)}")
+        why = (
+            "it has no manifest by that digest"
+            if stored is None
+            else (
+                ""
+                if digest_of(stored.raw) == digest
+                else f"the manifest it serves hashes to {digest_of(stored.raw)}"
+            )
+        )
     except RegistryError as exc:
         if "hash to" not in str(exc):  # unreachable, refused...: not an answer about the digest
             raise
         why = str(exc)
     if why:
         raise PhantomDigest(
-            f"the registry says :{tag} of {repository} is at {digest}, but {why}: a tag cannot point at a manifest "
-            "the registry does not hold, so the registry (or a proxy or cache in front of it) is lying or "
-            f"broken. Nothing was recorded; check with `lockstep image digest` and `crane manifest {repository}@{digest}`"
+            f"the registry says :{tag} of {repository} is at {digest}, but {why}: a tag cannot "
+            "point at a manifest "
+            "the registry does not hold, so the registry (or a proxy or cache in front of it) is "
+            "lying or "
+            "broken. Nothing was recorded; check with `lockstep image digest` and `crane "
+            f"manifest {repository}@{digest}`"
         )
     return digest
 
 
 def resolve_served(registry: Registry, *, repository: str, tag: str) -> str | None:
     """Where `tag` is, as `served` vouches for it (None: no such tag)."""
-    return served(registry, repository=repository, tag=tag, digest=registry.resolve(repository=repository, reference=tag))
+    return served(
+        registry,
+        repository=repository,
+        tag=tag,
+        digest=registry.resolve(repository=repository, reference=tag),
+    )
 
 
 def floating_tag_lock_name(site: SiteConfig) -> str:
@@ -89,29 +106,45 @@ def floating_tag_lock_name(site: SiteConfig) -> str:
 # -- the rules: which target, or why not ---------------------------------------------------------
 
 
-def promote_move(*, verified: Iterable[VerifiedBuild] | VerifiedRecords, build: str, current: str | None,
-                 hold: bool, tag: str) -> TagMove:
+def promote_move(
+    *,
+    verified: Iterable[VerifiedBuild] | VerifiedRecords,
+    build: str,
+    current: str | None,
+    hold: bool,
+    tag: str,
+) -> TagMove:
     """Promote a verified build (the newest, or the one `build` names by prefix) onto the tag."""
     if hold:
-        raise PromotionRefused(f":{tag} is on hold after a rollback: run release_tpu_hold first (nothing was moved)")
+        raise PromotionRefused(
+            f":{tag} is on hold after a rollback: run release_tpu_hold first (nothing was moved)"
+        )
     records = as_records(verified)
     target = next(records.named(build) if build else iter(records), None)
     if target is None:
         raise PromotionRefused(
-            f"build {build or '(newest)'} has no tpu/verified_image record: only verified builds are "
+            f"build {build or '(newest)'} has no tpu/verified_image record: only verified builds "
+            "are "
             "promoted (build -> checks -> smoke -> verified first); nothing was moved"
         )
     if target.digest == current:
         raise AlreadyThere(f":{tag} already points at {target.digest} (build {target.build[:8]})")
-    return TagMove(action="promote", from_digest=current, to_digest=target.digest, build=target.build)
+    return TagMove(
+        action="promote", from_digest=current, to_digest=target.digest, build=target.build
+    )
 
 
 def rollback_move(*, plan: RollbackPlan, current: str | None) -> TagMove:
     """Roll back to the plan's target, setting the hold (automation must not re-promote over it)."""
     if plan.target is None:
         raise PromotionRefused(f"rollback refused, nothing was moved:\n{plan.explain()}")
-    return TagMove(action="rollback", from_digest=current, to_digest=plan.target.digest, build=plan.target.build,
-                   hold=True)
+    return TagMove(
+        action="rollback",
+        from_digest=current,
+        to_digest=plan.target.digest,
+        build=plan.target.build,
+        hold=True,
+    )
 
 
 def release_move(*, current: str | None, hold: bool) -> TagMove:
@@ -124,34 +157,65 @@ def release_move(*, current: str | None, hold: bool) -> TagMove:
 # -- planning and writing ------------------------------------------------------------------------
 
 
-def rollback_plan(site: SiteConfig, git: GitRemotes, *, verified: Iterable[VerifiedBuild] | VerifiedRecords,
-                  moves: Iterable[TagMove],
-                  current: str | None, must_contain: str = "", build: str = "") -> RollbackPlan:
+def rollback_plan(
+    site: SiteConfig,
+    git: GitRemotes,
+    *,
+    verified: Iterable[VerifiedBuild] | VerifiedRecords,
+    moves: Iterable[TagMove],
+    current: str | None,
+    must_contain: str = "",
+    build: str = "",
+) -> RollbackPlan:
     """The rollback plan over this history, with harbor ancestry from git (changes nothing)."""
     required = None
     if must_contain:
-        required = git.resolve_commit(url=site.tpu.harbor_repo, rev=must_contain, branch=site.tpu.harbor_branch)
+        required = git.resolve_commit(
+            url=site.tpu.harbor_repo, rev=must_contain, branch=site.tpu.harbor_branch
+        )
 
     def contains(harbor_commit: str, req: str) -> bool:
         return git.is_ancestor(url=site.tpu.harbor_repo, ancestor=req, descendant=harbor_commit)
 
-    return plan_rollback(verified=verified, moves=moves, current_digest=current, must_contain=required,
-                         explicit_build=build or None, contains=contains)
+    return plan_rollback(
+        verified=verified,
+        moves=moves,
+        current_digest=current,
+        must_contain=required,
+        explicit_build=build or None,
+        contains=contains,
+    )
 
 
-def plan_for(site: SiteConfig, instance: dg.DagsterInstance, git: GitRemotes, registry: Registry, *,
-             must_contain: str = "", build: str = "", verified: VerifiedRecords | None = None,
-             moves: Iterable[TagMove] | None = None) -> RollbackPlan:
-    """The rollback plan from the instance's history and the registry's current state (changes nothing).
+def plan_for(
+    site: SiteConfig,
+    instance: dg.DagsterInstance,
+    git: GitRemotes,
+    registry: Registry,
+    *,
+    must_contain: str = "",
+    build: str = "",
+    verified: VerifiedRecords | None = None,
+    moves: Iterable[TagMove] | None = None,
+) -> RollbackPlan:
+    """The rollback plan from the instance's history
+    and the registry's current state (changes nothing).
 
     The registry, not the log, says where the tag is: a move the watch has not recorded yet is still
-    the current digest (and, unverified, never a target). `verified`/`moves`: histories already read.
+    the current digest (and, unverified, never a
+    target). `verified`/`moves`: histories already read.
     """
     ref = ImageRef.parse(site.tpu.image)
     current = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
-    return rollback_plan(site, git, verified=verified if verified is not None else verified_history(instance),
-                         moves=moves if moves is not None else tag_history(instance),
-                         current=current, must_contain=must_contain, build=build)
+    return rollback_plan(
+        site,
+        git,
+        verified=verified if verified is not None else verified_history(instance),
+        moves=moves if moves is not None else tag_history(instance),
+        current=current,
+        must_contain=must_contain,
+        build=build,
+    )
 
 
 def put_and_reread(registry: Registry, *, repository: str, tag: str, target: str) -> TagWrite:
@@ -170,17 +234,32 @@ def put_and_reread(registry: Registry, *, repository: str, tag: str, target: str
     except RegistryError as exc:
         said = f"raised ({error})" if error else "succeeded"
         raise TagStateUnknown(
-            f"the PUT of :{tag} -> {target} {said}, and reading :{tag} back failed ({exc}): whether it moved is "
-            "unknown, so nothing was recorded. The intent is logged: floating_tag_watch records the move once "
+            f"the PUT of :{tag} -> {target} {said}, and reading :{tag} back failed ({exc}): "
+            "whether it moved is "
+            "unknown, so nothing was recorded. The intent is logged: floating_tag_watch records "
+            "the move once "
             "the registry answers and shows it; check `lockstep image digest` before running again"
         ) from None
     # After the PUT and the re-read: a phantom is refused here, with the run's intent still logged.
-    return TagWrite(target=target, after=served(registry, repository=repository, tag=tag, digest=after), put_error=error)
+    return TagWrite(
+        target=target,
+        after=served(registry, repository=repository, tag=tag, digest=after),
+        put_error=error,
+    )
 
 
-def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Iterable[VerifiedBuild] | VerifiedRecords,
-                logged: Sequence[TagMove], found: Sequence[TagMove], current: str | None, build: str = "",
-                must_contain: str = "") -> tuple[TagMove | None, str]:
+def decide_move(
+    action: str,
+    *,
+    site: SiteConfig,
+    git: GitRemotes,
+    verified: Iterable[VerifiedBuild] | VerifiedRecords,
+    logged: Sequence[TagMove],
+    found: Sequence[TagMove],
+    current: str | None,
+    build: str = "",
+    must_contain: str = "",
+) -> tuple[TagMove | None, str]:
     """The move `action` asks for, and the rollback plan's text when there is one; PromotionRefused
     when the rules say no.
 
@@ -198,7 +277,9 @@ def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Ite
     tag = site.tpu.floating_tag
     if action == "promote":
         try:
-            return promote_move(verified=verified, build=build, current=current, hold=hold, tag=tag), ""
+            return promote_move(
+                verified=verified, build=build, current=current, hold=hold, tag=tag
+            ), ""
         except AlreadyThere:
             if found:
                 return None, ""
@@ -207,11 +288,25 @@ def decide_move(action: str, *, site: SiteConfig, git: GitRemotes, verified: Ite
         return release_move(current=current, hold=hold), ""
     if action == "rollback":
         if found and found[-1].action == "rollback":
-            before = rollback_plan(site, git, verified=verified, moves=logged, current=current_state(logged)[0],
-                                   must_contain=must_contain, build=build)
+            before = rollback_plan(
+                site,
+                git,
+                verified=verified,
+                moves=logged,
+                current=current_state(logged)[0],
+                must_contain=must_contain,
+                build=build,
+            )
             if before.target is not None and before.target.digest == current:
                 return None, before.explain()
-        plan = rollback_plan(site, git, verified=verified, moves=moves, current=current, must_contain=must_contain,
-                             build=build)
+        plan = rollback_plan(
+            site,
+            git,
+            verified=verified,
+            moves=moves,
+            current=current,
+            must_contain=must_contain,
+            build=build,
+        )
         return rollback_move(plan=plan, current=current), plan.explain()
     raise PromotionRefused(f"action {action!r} is not one of promote, rollback, release_hold")

@@ -1,4 +1,5 @@
-"""Promotion policy: may this verified build go onto the floating tag now? Pure functions, no Dagster.
+"""Promotion policy: may this verified build go onto
+the floating tag now? Pure functions, no Dagster.
 
 Three rules, judged for a person's promote_tpu and for auto_promote_sensor alike (Kargo's
 `requiredSoakTime`, freeze windows, and rejected freight):
@@ -25,7 +26,8 @@ Rule = Literal["soak", "freeze", "reject"]
 
 
 class Rejection(Model):
-    """The newest reject/release record of one build (an observation on its tpu_builds partition)."""
+    """The newest reject/release record of one build
+    (an observation on its tpu_builds partition)."""
 
     build: str
     rejected: bool  # False: a release undid an earlier rejection
@@ -63,12 +65,18 @@ def soak_refusal(build: VerifiedBuild, *, soak_minutes: int, now: datetime) -> s
     promotable = verified + timedelta(minutes=soak_minutes)
     if now >= promotable:
         return None
-    return (f"soak: build {build.build[:8]} was verified at {shown(verified)}, soak {soak_minutes} min, "
-            f"promotable at {shown(promotable)}; nothing was moved")
+    return (
+        f"soak: build {build.build[:8]} was verified at {shown(verified)}, soak {soak_minutes} "
+        "min, "
+        f"promotable at {shown(promotable)}; nothing was moved"
+    )
 
 
-def open_freeze(windows: Sequence[FreezeWindow], *, now: datetime) -> tuple[FreezeWindow, datetime] | None:
-    """The open window that closes last (the one a person waits for), with when it closes; None when none is open."""
+def open_freeze(
+    windows: Sequence[FreezeWindow], *, now: datetime
+) -> tuple[FreezeWindow, datetime] | None:
+    """The open window that closes last (the one a person
+    waits for), with when it closes; None when none is open."""
     found = [(w, end) for w in windows if (end := w.open_until(now)) is not None]
     return max(found, key=lambda pair: pair[1]) if found else None
 
@@ -76,13 +84,24 @@ def open_freeze(windows: Sequence[FreezeWindow], *, now: datetime) -> tuple[Free
 def rejection_refusal(rejection: Rejection | None) -> str | None:
     if rejection is None or not rejection.rejected:
         return None
-    return (f"reject: build {rejection.build[:8]} was rejected by {rejection.by} at {shown(utc(rejection.at))}: "
-            f"{rejection.reason} (release it with `lockstep release {rejection.build[:12]}` or release_tpu_build); "
-            "nothing was moved")
+    return (
+        f"reject: build {rejection.build[:8]} was rejected by {rejection.by} at "
+        f"{shown(utc(rejection.at))}: "
+        f"{rejection.reason} (release it with `lockstep release {rejection.build[:12]}` or "
+        "release_tpu_build); "
+        "nothing was moved"
+    )
 
 
-def judge(build: VerifiedBuild, *, policy: PromotionSection, rejection: Rejection | None, now: datetime,
-          override_freeze: bool = False, note: str = "") -> FreezeOverride | None:
+def judge(
+    build: VerifiedBuild,
+    *,
+    policy: PromotionSection,
+    rejection: Rejection | None,
+    now: datetime,
+    override_freeze: bool = False,
+    note: str = "",
+) -> FreezeOverride | None:
     """Raise PolicyRefused when a rule forbids promoting `build` at `now`; otherwise the freeze a
     person overrode (None when no window was open). Rejection is judged first (no override lifts
     it), then soak, then freeze."""
@@ -95,24 +114,41 @@ def judge(build: VerifiedBuild, *, policy: PromotionSection, rejection: Rejectio
         return None
     window, until = frozen
     if not override_freeze:
-        raise PolicyRefused("freeze", (
-            f"freeze: window {window.name!r} is open until {shown(until)}: no promotion before then. A person may "
-            "promote through it with promote_tpu config override_freeze: true and a note saying why; "
-            "nothing was moved"))
+        raise PolicyRefused(
+            "freeze",
+            (
+                f"freeze: window {window.name!r} is open until {shown(until)}: no promotion "
+                "before then. A person may "
+                "promote through it with promote_tpu config override_freeze: true and a note "
+                "saying why; "
+                "nothing was moved"
+            ),
+        )
     if not note.strip():
-        raise PolicyRefused("freeze", (
-            f"freeze: window {window.name!r} is open until {shown(until)}, and override_freeze needs a note saying "
-            "why (it is kept in the promotion log); nothing was moved"))
+        raise PolicyRefused(
+            "freeze",
+            (
+                f"freeze: window {window.name!r} is open until {shown(until)}, and "
+                "override_freeze needs a note saying "
+                "why (it is kept in the promotion log); nothing was moved"
+            ),
+        )
     return FreezeOverride(window=window.name, until=until, note=note.strip())
 
 
-def promotion_target(verified: Iterable[VerifiedBuild] | VerifiedRecords, *, build: str,
-                     rejections: Mapping[str, Rejection]) -> VerifiedBuild | None:
+def promotion_target(
+    verified: Iterable[VerifiedBuild] | VerifiedRecords,
+    *,
+    build: str,
+    rejections: Mapping[str, Rejection],
+) -> VerifiedBuild | None:
     """The build a promote means: the one `build` names (by prefix), else the newest verified build
-    nobody rejected (a rejected build is not a candidate, as rejected freight in Kargo). None: no such
+    nobody rejected (a rejected build is not a candidate,
+    as rejected freight in Kargo). None: no such
     build (promote_move says why)."""
     records = as_records(verified)
     if build:
         return next(records.named(build), None)
-    # Newest first, stopping at the first build nobody rejected: each build's rejection is looked up alone.
+    # Newest first, stopping at the first build nobody
+    # rejected: each build's rejection is looked up alone.
     return next((v for v in records if not (r := rejections.get(v.build)) or not r.rejected), None)

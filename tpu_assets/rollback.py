@@ -38,7 +38,8 @@ class TagMove(Model):
     to_digest: str | None
     build: str | None = None
     hold: bool = False
-    recorded: str = ""  # who recorded it, and anything unusual (an error the registry answered, a dead run)
+    # who recorded it, and anything unusual (an error the registry answered, a dead run)
+    recorded: str = ""
     at: float = 0.0
 
 
@@ -68,11 +69,25 @@ class RollbackPlan(Model):
             head.append(f"the target must contain {self.must_contain}")
         lines = ["; ".join(head) + "."]
         for c in self.considered:
-            name = (f"build {c.build[:8]}" if c.build else "a digest moved in outside lockstep" if c.outside
-                    else "a digest from before lockstep")
-            mark = "-> TARGET" if c is self.target else f"refused: {c.refused}" if c.refused else "also possible (older)"
+            name = (
+                f"build {c.build[:8]}"
+                if c.build
+                else "a digest moved in outside lockstep"
+                if c.outside
+                else "a digest from before lockstep"
+            )
+            mark = (
+                "-> TARGET"
+                if c is self.target
+                else f"refused: {c.refused}"
+                if c.refused
+                else "also possible (older)"
+            )
             harbor = f", harbor {c.harbor_commit[:8]}" if c.harbor_commit else ""
-            lines.append(f"  {name} {c.digest[:19]}{harbor}{', was on :tpu' if c.was_promoted else ''}: {mark}")
+            lines.append(
+                f"  {name} {c.digest[:19]}{harbor}{', was on :tpu' if c.was_promoted else ''}: "
+                f"{mark}"
+            )
         if not self.target:
             lines.append("No rollback target: nothing was changed.")
         return "\n".join(lines)
@@ -89,8 +104,9 @@ def current_state(moves: Sequence[TagMove]) -> tuple[str | None, bool]:
     return moves[0].to_digest, moves[0].hold
 
 
-# After the target, a plan judges this many older candidates (so a person sees what else was possible,
-# or why not) and stops: how far it reads is set by where the target is, not by the history's length.
+# After the target, a plan judges this many older candidates (so a person sees what else was
+# possible, or why not) and stops: how far it reads is set by
+# where the target is, not by the history's length.
 OLDER_SHOWN = 2
 
 
@@ -101,7 +117,8 @@ class VerifiedRecords(Protocol):
     def __iter__(self) -> Iterator[VerifiedBuild]: ...
 
     def with_digest(self, digest: str, *, build: str | None = None) -> VerifiedBuild | None:
-        """The newest record of `digest` (of `build`'s records, when the move that put it on the tag names one)."""
+        """The newest record of `digest` (of `build`'s records,
+        when the move that put it on the tag names one)."""
         ...
 
     def named(self, prefix: str) -> Iterator[VerifiedBuild]:
@@ -148,7 +165,9 @@ class NewestFirst:
         yield from self.log
 
     def was_on_tag(self, digest: str) -> bool:
-        return any(digest in (m.to_digest, m.from_digest) for m in self.first) or _was_on_tag(self.log, digest)
+        return any(digest in (m.to_digest, m.from_digest) for m in self.first) or _was_on_tag(
+            self.log, digest
+        )
 
 
 class _Seen(NamedTuple):
@@ -159,7 +178,8 @@ class _Seen(NamedTuple):
 
 def _promoted(moves: Iterable[TagMove], seen: set[str]) -> Iterator[_Seen]:
     """Every digest that was on the tag, newest first, each once. A move's from-digest is the older
-    move's to-digest (the log is a chain), so that older move says which build (or whose hand) put it there."""
+    move's to-digest (the log is a chain), so that older
+    move says which build (or whose hand) put it there."""
     it = iter(moves)
     move = next(it, None)
     while move is not None:
@@ -169,29 +189,48 @@ def _promoted(moves: Iterable[TagMove], seen: set[str]) -> Iterator[_Seen]:
                 continue
             seen.add(digest)
             putters = [m for m in (move, older) if m is not None and m.to_digest == digest]
-            yield _Seen(digest, next((m.build for m in putters if m.build), None),
-                        any(m.action == "observed" for m in putters))
+            yield _Seen(
+                digest,
+                next((m.build for m in putters if m.build), None),
+                any(m.action == "observed" for m in putters),
+            )
         move = older
 
 
-def _candidates(records: VerifiedRecords, moves: Iterable[TagMove], explicit_build: str | None,
-                batch: int) -> Iterator[tuple[Candidate, VerifiedBuild | None]]:
+def _candidates(
+    records: VerifiedRecords, moves: Iterable[TagMove], explicit_build: str | None, batch: int
+) -> Iterator[tuple[Candidate, VerifiedBuild | None]]:
     """Newest first: the digests that were on the tag, then the verified builds never promoted."""
     seen: set[str] = set()
     if explicit_build:  # only that build's records: its digests are looked up, not walked to
         for v in records.named(explicit_build):
             if v.digest not in seen:
                 seen.add(v.digest)
-                yield Candidate(build=v.build, digest=v.digest, harbor_commit=v.harbor_commit,
-                                was_promoted=_was_on_tag(moves, v.digest)), v
+                yield (
+                    Candidate(
+                        build=v.build,
+                        digest=v.digest,
+                        harbor_commit=v.harbor_commit,
+                        was_promoted=_was_on_tag(moves, v.digest),
+                    ),
+                    v,
+                )
         return
     promoted = _promoted(moves, seen)
     while chunk := list(itertools.islice(promoted, batch)):
         records.prefetch([s.build for s in chunk if s.build])
         for s in chunk:
             v = records.with_digest(s.digest, build=s.build)
-            yield Candidate(build=v.build if v else None, digest=s.digest, harbor_commit=v.harbor_commit if v else None,
-                            was_promoted=True, outside=s.outside and v is None), v
+            yield (
+                Candidate(
+                    build=v.build if v else None,
+                    digest=s.digest,
+                    harbor_commit=v.harbor_commit if v else None,
+                    was_promoted=True,
+                    outside=s.outside and v is None,
+                ),
+                v,
+            )
     for v in records:
         if v.digest not in seen:
             seen.add(v.digest)
@@ -200,7 +239,8 @@ def _candidates(records: VerifiedRecords, moves: Iterable[TagMove], explicit_bui
 
 @runtime_checkable
 class MoveLog(Protocol):
-    """The floating tag's moves, newest first, that can say without a walk whether a digest was on the tag."""
+    """The floating tag's moves, newest first, that can
+    say without a walk whether a digest was on the tag."""
 
     def __iter__(self) -> Iterator[TagMove]: ...
 
@@ -224,10 +264,10 @@ def plan_rollback(
     older: int = OLDER_SHOWN,
 ) -> RollbackPlan:
     """Choose the rollback target: newest first, digests that were on the floating tag before the
-    verified-but-never-promoted ones; each must be verified, not the current digest, and (when asked)
-    carry `must_contain` in its baked harbor (git ancestry via `contains(harbor_commit, required)`).
-    The walk stops `older` candidates past the target, so the plan shows why each newer build was
-    refused and what the next older ones would have been, and reads no further back.
+    verified-but-never-promoted ones; each must be verified, not the current digest, and (when
+    asked) carry `must_contain` in its baked harbor (git ancestry via `contains(harbor_commit,
+    required)`). The walk stops `older` candidates past the target, so the plan shows why each newer
+    build was refused and what the next older ones would have been, and reads no further back.
     """
     considered: list[Candidate] = []
     target: Candidate | None = None
@@ -242,21 +282,41 @@ def plan_rollback(
         if target is not None and past >= older:
             break  # before the next candidate is asked for: nothing older is read
     if explicit_build and not considered:
-        considered.append(Candidate(build=explicit_build, digest="(none)", refused="not a verified build: only verified builds can be rollback targets"))
-    return RollbackPlan(current_digest=current_digest, must_contain=must_contain, explicit_build=explicit_build,
-                        considered=considered, target=target)
+        considered.append(
+            Candidate(
+                build=explicit_build,
+                digest="(none)",
+                refused="not a verified build: only verified builds can be rollback targets",
+            )
+        )
+    return RollbackPlan(
+        current_digest=current_digest,
+        must_contain=must_contain,
+        explicit_build=explicit_build,
+        considered=considered,
+        target=target,
+    )
 
 
 def _refusal(
-    c: Candidate, v: VerifiedBuild | None, current: str | None, must_contain: str | None,
+    c: Candidate,
+    v: VerifiedBuild | None,
+    current: str | None,
+    must_contain: str | None,
     contains: Callable[[str, str], bool],
 ) -> str | None:
     if c.digest == current:
         return "it is what the floating tag points at now: rolling back to it changes nothing"
     if v is None:
         how = "put on the tag outside lockstep and " if c.outside else ""
-        return f"{how}not verified by lockstep (no tpu/verified_image record): it cannot be shown to have worked"
+        return (
+            f"{how}not verified by lockstep (no tpu/verified_image record): it cannot be shown "
+            "to have worked"
+        )
     if must_contain and not contains(v.harbor_commit, must_contain):
-        return (f"its harbor {v.harbor_commit[:8]} predates {must_contain[:8]}: rolling back to it is a no-op "
-                "for that fix (it dies identically)")
+        return (
+            f"its harbor {v.harbor_commit[:8]} predates {must_contain[:8]}: rolling back to it "
+            "is a no-op "
+            "for that fix (it dies identically)"
+        )
     return None

@@ -43,11 +43,14 @@ def lock_name(*, registry: str, repository: str, tag: str) -> str:
 
 def advisory_key(name: str) -> int:
     """A stable signed 64-bit key for `pg_advisory_lock`, from the lock's name."""
-    return int.from_bytes(hashlib.sha256(f"lockstep floating tag {name}".encode()).digest()[:8], "big", signed=True)
+    return int.from_bytes(
+        hashlib.sha256(f"lockstep floating tag {name}".encode()).digest()[:8], "big", signed=True
+    )
 
 
 def postgres_url(instance: dg.DagsterInstance) -> str | None:
-    """The event log's Postgres URL when the instance keeps its event log in Postgres (dagster-postgres)."""
+    """The event log's Postgres URL when the instance
+    keeps its event log in Postgres (dagster-postgres)."""
     from dagster_postgres import PostgresEventLogStorage
 
     storage = instance.event_log_storage
@@ -55,7 +58,9 @@ def postgres_url(instance: dg.DagsterInstance) -> str | None:
 
 
 @contextlib.contextmanager
-def floating_tag_lock(instance: dg.DagsterInstance, *, name: str, timeout_s: float, holder: str) -> Iterator[str]:
+def floating_tag_lock(
+    instance: dg.DagsterInstance, *, name: str, timeout_s: float, holder: str
+) -> Iterator[str]:
     """Hold the lock for `name` (see `lock_name`) around a whole move, or raise TagLockTimeout after
     `timeout_s` (0: try once). Yields a description of the lock, for logs. `holder` (a run id, the
     watch) is written where the next writer's timeout error can name it."""
@@ -81,25 +86,34 @@ def _advisory_lock(url: str, *, name: str, timeout_s: float) -> Iterator[str]:
     where = f"Postgres advisory lock {key} for {name} on {db.host}:{db.port or 5432}/{db.database}"
     # Its own connection, never one of the storage's pool: the lock belongs to this session and
     # must outlive whatever the event log does meanwhile. NullPool: closing it really disconnects.
-    engine = sa.create_engine(url, poolclass=NullPool, connect_args={
-        "connect_timeout": 10, "application_name": "lockstep floating-tag lock"})
+    engine = sa.create_engine(
+        url,
+        poolclass=NullPool,
+        connect_args={"connect_timeout": 10, "application_name": "lockstep floating-tag lock"},
+    )
     try:
         try:
             conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         except sa.exc.OperationalError as exc:
             raise TagLockTimeout(
-                f"cannot connect to the instance's Postgres at {db.host}:{db.port or 5432}/{db.database} to take "
-                f"the lock for {name} ({type(exc.orig).__name__}): check the database is reachable from here"
+                "cannot connect to the instance's Postgres at "
+                f"{db.host}:{db.port or 5432}/{db.database} to take "
+                f"the lock for {name} ({type(exc.orig).__name__}): check the database is "
+                "reachable from here"
             ) from None
         with conn:
             deadline = time.monotonic() + timeout_s
             while not conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
                 if time.monotonic() >= deadline:
                     raise TagLockTimeout(
-                        f"another lockstep writer (a promote, rollback or release run, or floating_tag_watch) held "
-                        f"the {where} for over {timeout_s:g} s: nothing was moved. See who holds it: SELECT pid, "
-                        "application_name, backend_start FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE "
-                        f"locktype = 'advisory' AND classid = {classid} AND objid = {objid}; then run again"
+                        "another lockstep writer (a promote, rollback or release run, or "
+                        "floating_tag_watch) held "
+                        f"the {where} for over {timeout_s:g} s: nothing was moved. See who holds "
+                        "it: SELECT pid, "
+                        "application_name, backend_start FROM pg_locks JOIN pg_stat_activity "
+                        "USING (pid) WHERE "
+                        f"locktype = 'advisory' AND classid = {classid} AND objid = {objid}; "
+                        "then run again"
                     )
                 time.sleep(_POLL_S)
             try:
@@ -127,8 +141,10 @@ def _file_lock(path: Path, *, name: str, timeout_s: float, holder: str) -> Itera
                     fh.seek(0)
                     held_by = fh.read().strip() or "unknown"
                     raise TagLockTimeout(
-                        f"another lockstep writer ({held_by}) held the {where} for over {timeout_s:g} s: nothing "
-                        "was moved. Wait for it to finish (or check that process is alive), then run again"
+                        f"another lockstep writer ({held_by}) held the {where} for over "
+                        f"{timeout_s:g} s: nothing "
+                        "was moved. Wait for it to finish (or check that process is alive), then "
+                        "run again"
                     ) from None
                 time.sleep(_POLL_S)
         try:

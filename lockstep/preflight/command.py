@@ -1,7 +1,8 @@
-"""`lockstep preflight [--site FILE] [--json] [--timeout S]`: the click command (registered in lockstep/cli.py).
+"""`lockstep preflight [--site FILE] [--json] [--timeout
+S]`: the click command (registered in lockstep/cli.py).
 
-Exit 0 when no check fails (warnings allowed), 1 when one does, 2 for a bad command line (click's own),
-3 when preflight itself cannot run (no site file, or one that does not load).
+Exit 0 when no check fails (warnings allowed), 1 when one does, 2 for a bad command line (click's
+own), 3 when preflight itself cannot run (no site file, or one that does not load).
 """
 
 from __future__ import annotations
@@ -16,17 +17,28 @@ from lockstep.preflight.findings import EXIT_CANNOT_RUN
 
 
 @click.command("preflight")
-@click.option("--site", "site_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The site file (default: $LOCKSTEP_SITE, else .sandbox/site.toml).")
+@click.option(
+    "--site",
+    "site_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The site file (default: $LOCKSTEP_SITE, else .sandbox/site.toml).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="Deadline of each outside call (default: the site's [iris] call_timeout_s and [spark] "
-                   "connect_timeout_s, 60 s for the rest).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Deadline of each outside call (default: the site's [iris] call_timeout_s and [spark] "
+    "connect_timeout_s, 60 s for the rest).",
+)
 def preflight(site_file: Path | None, as_json: bool, timeout_s: float | None) -> None:
-    """Check, before the first run on a site, that the consumer and build repos have the shape lockstep
-    needs and that iris, the Spark nodes and the registry answer. Changes nothing anywhere (a registry
-    upload session is opened and cancelled to prove push rights). Each finding says what is wrong,
-    where (file:line, node, or site.toml:line) and the fix.
+    """Check, before the first run on a site, that the consumer and build repos have the shape
+    lockstep needs and that iris, the Spark nodes and the registry answer. Changes nothing anywhere
+    (a registry upload session is opened and cancelled to prove push rights). Each finding says what
+    is wrong, where (file:line, node, or site.toml:line) and the fix.
 
     Exit 0: nothing fails (warnings allowed); 1: a check fails; 3: preflight could not run."""
     from lockstep.preflight.findings import render_json, render_text

@@ -1,8 +1,9 @@
 """What preflight reports: one `Finding` per check, grouped by area, as text for a person or JSON.
 
 A finding that is not ok says what is wrong, where (``file:line`` in a repository, a node, or
-``site.toml:line``) and the fix, one sentence a person can act on. Every string passes `redact` with the
-values of the site's secret variables before it is shown: a finding names a variable, never its value.
+``site.toml:line``) and the fix, one sentence a person can act on. Every string passes `redact` with
+the values of the site's secret variables before it is
+shown: a finding names a variable, never its value.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def fail(area: Area, check: str, what: str, where: str, fix: str) -> Finding:
 
 
 class Section(Model):
-    """What one area's checks found, under a heading that says what was looked at (a repo at a commit...)."""
+    """What one area's checks found, under a heading that
+    says what was looked at (a repo at a commit...)."""
 
     area: Area
     title: str
@@ -91,15 +93,25 @@ def build_report(site: Path, sections: Iterable[Section], *, secrets: Iterable[s
         have.findings.extend(section.findings)
 
     def clean(f: Finding) -> Finding:
-        return f.model_copy(update={k: redact(getattr(f, k), secrets) for k in ("what", "where", "fix")})
+        return f.model_copy(
+            update={k: redact(getattr(f, k), secrets) for k in ("what", "where", "fix")}
+        )
 
-    ordered = [Section(area=s.area, title=redact(s.title, secrets), findings=[clean(f) for f in s.findings])
-               for area in AREAS if (s := merged.get(area)) is not None]
+    ordered = [
+        Section(
+            area=s.area, title=redact(s.title, secrets), findings=[clean(f) for f in s.findings]
+        )
+        for area in AREAS
+        if (s := merged.get(area)) is not None
+    ]
     return Report(site=str(site), sections=ordered)
 
 
-def site_where(path: Path, text: str, table: tuple[str, ...], key: str | None = None, *, default: str = "") -> str:
-    """``site.toml:line`` of `key` in `table` (or of the table's header); `default` (else the file alone)
+def site_where(
+    path: Path, text: str, table: tuple[str, ...], key: str | None = None, *, default: str = ""
+) -> str:
+    """``site.toml:line`` of `key` in `table` (or of
+    the table's header); `default` (else the file alone)
     when the file does not spell it out (a default value)."""
     line = key_line(text, table, key)
     if line is None:
@@ -111,7 +123,8 @@ _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 
 
 def render_text(report: Report) -> str:
-    """Grouped by area: ok checks one line each, warnings and failures with what, where and the fix."""
+    """Grouped by area: ok checks one line each, warnings
+    and failures with what, where and the fix."""
     out = [f"lockstep preflight: {report.site}"]
     for section in report.sections:
         out += ["", section.title]
@@ -125,7 +138,10 @@ def render_text(report: Report) -> str:
             out.append(f"        fix:   {_indent(f.fix)}")
     failed, warned, passed = report.count("fail"), report.count("warn"), report.count("ok")
     verdict = "some checks FAIL" if failed else "ready (no check fails)"
-    out += ["", f"{failed} failed, {warned} warnings, {passed} ok: {verdict} (exit {report.exit_code})"]
+    out += [
+        "",
+        f"{failed} failed, {warned} warnings, {passed} ok: {verdict} (exit {report.exit_code})",
+    ]
     return "\n".join(out)
 
 
@@ -134,11 +150,15 @@ def _indent(text: str) -> str:
 
 
 def render_json(report: Report) -> str:
-    """The report as one JSON object: the findings (a list), the counts, the exit code, the sections' titles."""
-    return json.dumps({
-        "site": report.site,
-        "exit_code": report.exit_code,
-        "counts": {s: report.count(s) for s in ("ok", "warn", "fail")},
-        "sections": [{"area": s.area, "title": s.title} for s in report.sections],
-        "findings": [f.model_dump() for f in report.findings],
-    }, indent=2)
+    """The report as one JSON object: the findings (a list),
+    the counts, the exit code, the sections' titles."""
+    return json.dumps(
+        {
+            "site": report.site,
+            "exit_code": report.exit_code,
+            "counts": {s: report.count(s) for s in ("ok", "warn", "fail")},
+            "sections": [{"area": s.area, "title": s.title} for s in report.sections],
+            "findings": [f.model_dump() for f in report.findings],
+        },
+        indent=2,
+    )

@@ -18,7 +18,8 @@ from resources.model import Model
 
 
 class ClientTooOld(IrisError):
-    """The cluster's controller refuses this iris CLI: it is more than 14 days older than the controller."""
+    """The cluster's controller refuses this iris CLI:
+    it is more than 14 days older than the controller."""
 
 
 class MissingCapability(IrisError):
@@ -41,7 +42,9 @@ class IrisCapabilities(Model):
     job_commands: frozenset[str]
     run_options: frozenset[str]
     summary_json: bool = False
-    kill_exact: bool = Field(default=False, description="`job kill` matches ids exactly (2026-07-21+), not by prefix.")
+    kill_exact: bool = Field(
+        default=False, description="`job kill` matches ids exactly (2026-07-21+), not by prefix."
+    )
 
     @property
     def state_command(self) -> Literal["describe", "summary"] | None:
@@ -58,7 +61,8 @@ class IrisCapabilities(Model):
 
     @property
     def contract(self) -> str:
-        """The iris generation, named by the month its CLI shape appeared in Marin's `cli/job.py`."""
+        """The iris generation, named by the month its
+        CLI shape appeared in Marin's `cli/job.py`."""
         if self.state_command == "describe":
             return "2026-08+ (describe, cancel, wait)"
         if self.summary_json:
@@ -70,8 +74,11 @@ def learn(help_text: Callable[..., str]) -> IrisCapabilities:
     """The capabilities a binary's help screens show (`help_text(*args)`: `iris <args> --help`)."""
     commands = help_commands(help_text("job"))
     run = help_options(help_text("job", "run")) if "run" in commands else frozenset()
-    json_summary = "summary" in commands and "describe" not in commands and \
-        "--json" in help_options(help_text("job", "summary"))
+    json_summary = (
+        "summary" in commands
+        and "describe" not in commands
+        and "--json" in help_options(help_text("job", "summary"))
+    )
     kill_exact = "kill" in commands and "--exact" in help_options(help_text("job", "kill"))
     return IrisCapabilities(job_commands=commands, run_options=run, summary_json=json_summary,
                             kill_exact=kill_exact)  # fmt: skip
@@ -83,14 +90,25 @@ def check_run(caps: IrisCapabilities, *, binary: str, used: list[str]) -> None:
         has = ", ".join(sorted(caps.job_commands))
         raise MissingCapability(f"`{binary} job` has no `run` command (it has: {has})")
     if caps.state_command is None:
-        raise MissingCapability(f"`{binary} job` has neither `describe` nor `summary`: lockstep "
-                                "cannot read a job's state with it; upgrade marin-iris")
-    missing = [o for o in used if o not in caps.run_options and not o.startswith(("--cluster=", "--config=",
-                                                                                    "--controller-url="))]
+        raise MissingCapability(
+            f"`{binary} job` has neither `describe` nor `summary`: lockstep "
+            "cannot read a job's state with it; upgrade marin-iris"
+        )
+    missing = [
+        o
+        for o in used
+        if o not in caps.run_options
+        and not o.startswith(("--cluster=", "--config=", "--controller-url="))
+    ]
     if missing:
         since = "; ".join(f"{o} arrived in iris on {SINCE[o]}" for o in missing if o in SINCE)
-        why = (" Without --no-sync the worker would `uv sync` the bundled workspace inside the task image "
-               "instead of running it as it is." if "--no-sync" in missing else "")
+        why = (
+            " Without --no-sync the worker would `uv sync` the bundled workspace inside the task "
+            "image "
+            "instead of running it as it is."
+            if "--no-sync" in missing
+            else ""
+        )
         raise MissingCapability(
             f"the iris CLI at {binary} ({caps.contract}) has no {', '.join(missing)} for `job run`"
             f"{f' ({since})' if since else ''}.{why} Upgrade marin-iris; nothing was submitted"

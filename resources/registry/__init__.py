@@ -1,4 +1,5 @@
-"""OCI registries: resolve, fetch, retag by exact bytes, compare-and-swap tag moves, read files from layers.
+"""OCI registries: resolve, fetch, retag by exact bytes,
+compare-and-swap tag moves, read files from layers.
 
 Written by hand on purpose: oras-py re-serialises a manifest on retag (the digest changes) and
 python-dxf reports the config digest as the image digest; a retag must PUT the exact bytes.
@@ -18,8 +19,8 @@ for the embedded sandbox.
     backends.py   registry_for(site)
 
 Each name here loads its module when first asked for, so loading a location imports only what its
-definitions use (tpu: `backends`, `base` and what `base` imports; jovian: none of it): the HTTP client and
-the layer walk load with the first registry call that needs them.
+definitions use (tpu: `backends`, `base` and what `base` imports; jovian: none of it): the HTTP
+client and the layer walk load with the first registry call that needs them.
 """
 
 from __future__ import annotations
@@ -63,28 +64,81 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    "DOCKER_LAYER_GZIP", "DOCKER_LIST", "DOCKER_MANIFEST", "IMAGE_MANIFESTS", "INDEXES", "MAX_CONFIG_BYTES",
-    "MAX_MANIFEST_BYTES", "MAX_SYMLINK_HOPS", "OCI_CONFIG", "OCI_INDEX", "OCI_LAYER_GZIP", "OCI_LAYER_TAR",
-    "OCI_LAYER_ZSTD", "OCI_MANIFEST", "REF_NAME", "BlobCache", "Descriptor", "FileRead", "GlobQuery",
-    "HttpRegistry", "ImageRef", "ImageScan", "LayoutRegistry", "Manifest", "PinnedTagTaken", "PushCheck", "RawManifest",
-    "Registry", "RegistryError", "TagGuard", "TagMoved", "digest_of", "is_digest", "registry_for",
+    "DOCKER_LAYER_GZIP",
+    "DOCKER_LIST",
+    "DOCKER_MANIFEST",
+    "IMAGE_MANIFESTS",
+    "INDEXES",
+    "MAX_CONFIG_BYTES",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SYMLINK_HOPS",
+    "OCI_CONFIG",
+    "OCI_INDEX",
+    "OCI_LAYER_GZIP",
+    "OCI_LAYER_TAR",
+    "OCI_LAYER_ZSTD",
+    "OCI_MANIFEST",
+    "REF_NAME",
+    "BlobCache",
+    "Descriptor",
+    "FileRead",
+    "GlobQuery",
+    "HttpRegistry",
+    "ImageRef",
+    "ImageScan",
+    "LayoutRegistry",
+    "Manifest",
+    "PinnedTagTaken",
+    "PushCheck",
+    "RawManifest",
+    "Registry",
+    "RegistryError",
+    "TagGuard",
+    "TagMoved",
+    "digest_of",
+    "is_digest",
+    "registry_for",
 ]
 
-_MODULE_OF = {name: module for module, names in {
-    "backends": ["registry_for"],
-    "base": ["ImageScan", "PushCheck", "Registry"],
-    "cache": ["BlobCache"],
-    "http": ["HttpRegistry"],
-    "layers": ["MAX_SYMLINK_HOPS", "GlobQuery"],
-    "layout": ["LayoutRegistry"],
-    "refs": [
-        "DOCKER_LAYER_GZIP", "DOCKER_LIST", "DOCKER_MANIFEST", "IMAGE_MANIFESTS", "INDEXES",
-        "MAX_CONFIG_BYTES", "MAX_MANIFEST_BYTES", "OCI_CONFIG", "OCI_INDEX", "OCI_LAYER_GZIP",
-        "OCI_LAYER_TAR", "OCI_LAYER_ZSTD", "OCI_MANIFEST", "REF_NAME", "Descriptor", "FileRead",
-        "ImageRef", "Manifest", "PinnedTagTaken", "RawManifest", "RegistryError", "TagGuard",
-        "TagMoved", "digest_of", "is_digest",
-    ],
-}.items() for name in names}
+_MODULE_OF = {
+    name: module
+    for module, names in {
+        "backends": ["registry_for"],
+        "base": ["ImageScan", "PushCheck", "Registry"],
+        "cache": ["BlobCache"],
+        "http": ["HttpRegistry"],
+        "layers": ["MAX_SYMLINK_HOPS", "GlobQuery"],
+        "layout": ["LayoutRegistry"],
+        "refs": [
+            "DOCKER_LAYER_GZIP",
+            "DOCKER_LIST",
+            "DOCKER_MANIFEST",
+            "IMAGE_MANIFESTS",
+            "INDEXES",
+            "MAX_CONFIG_BYTES",
+            "MAX_MANIFEST_BYTES",
+            "OCI_CONFIG",
+            "OCI_INDEX",
+            "OCI_LAYER_GZIP",
+            "OCI_LAYER_TAR",
+            "OCI_LAYER_ZSTD",
+            "OCI_MANIFEST",
+            "REF_NAME",
+            "Descriptor",
+            "FileRead",
+            "ImageRef",
+            "Manifest",
+            "PinnedTagTaken",
+            "RawManifest",
+            "RegistryError",
+            "TagGuard",
+            "TagMoved",
+            "digest_of",
+            "is_digest",
+        ],
+    }.items()
+    for name in names
+}
 
 
 def __getattr__(name: str) -> object:

@@ -44,8 +44,8 @@ from resources.registry.refs import (
     read_up_to,
 )
 
-# The layer walker loads when an image is first scanned, not with every process that loads a location
-# (docs/PERFORMANCE.md, code-location load).
+# The layer walker loads when an image is first scanned, not with every process that loads a
+# location (docs/PERFORMANCE.md, code-location load).
 if TYPE_CHECKING:
     from resources.registry.layers import GlobQuery, LayerSource
 
@@ -58,20 +58,26 @@ class ImageScan(Model):
     matches: dict[str, list[str]]  # by glob pattern (an image path)
     bytes_read: int  # compressed bytes pulled from the registry (not the blob cache)
     image_bytes: int
-    layers_opened: dict[int, int] = Field(default_factory=dict)  # layer index -> opens, cache or registry
+    # layer index -> opens, cache or registry
+    layers_opened: dict[int, int] = Field(default_factory=dict)
     registry_opens: dict[int, int] = Field(default_factory=dict)  # layer index -> blob GETs started
 
     def file(self, path: str) -> FileRead | None:
-        """The file at `path` (None when the image has none); it must have been asked for or matched."""
+        """The file at `path` (None when the image has
+        none); it must have been asked for or matched."""
         from resources.registry.layers import image_path
+
         key = image_path(path)
         if key not in self.files:
-            raise KeyError(f"/{key} was not part of this scan: ask for it in paths= (or a glob with read=True)")
+            raise KeyError(
+                f"/{key} was not part of this scan: ask for it in paths= (or a glob with read=True)"
+            )
         return self.files[key]
 
     def glob(self, pattern: str) -> list[str]:
         """The matches of a glob that was part of this scan."""
         from resources.registry.layers import image_path
+
         key = image_path(pattern)
         if key not in self.matches:
             raise KeyError(f"{pattern!r} was not part of this scan: ask for it in globs=")
@@ -79,16 +85,25 @@ class ImageScan(Model):
 
 
 class PushCheck(Model):
-    """Whether lockstep may push to a repository, proven without writing an image: a blob upload opened
-    and cancelled (HTTP), or the layout directory found writable (layout). A value, not an exception:
+    """Whether lockstep may push to a repository, proven without writing an image: a blob upload
+    opened and cancelled (HTTP), or the layout directory
+    found writable (layout). A value, not an exception:
     a refusal is an answer a caller reports (lockstep preflight), not a failure of the call."""
 
     repository: str
     allowed: bool
-    proof: str = Field(description="What was tried, in words (e.g. the upload opened and cancelled).")
-    refusal: str = Field(default="", description="Why not and what to do; never a secret value. Empty when allowed.")
+    proof: str = Field(
+        description="What was tried, in words (e.g. the upload opened and cancelled)."
+    )
+    refusal: str = Field(
+        default="", description="Why not and what to do; never a secret value. Empty when allowed."
+    )
     cancelled: bool = Field(
-        default=True, description="HTTP: the upload session opened was cancelled (else it expires on the registry).")
+        default=True,
+        description=(
+            "HTTP: the upload session opened was cancelled (else it expires on the registry)."
+        ),
+    )
 
 
 class Registry(dg.ConfigurableResource):
@@ -107,7 +122,9 @@ class Registry(dg.ConfigurableResource):
         check_reference(reference)
         return self._head_manifest(repository, reference)
 
-    def manifest(self, *, repository: str, reference: str, platform: str = "linux/amd64") -> Manifest | None:
+    def manifest(
+        self, *, repository: str, reference: str, platform: str = "linux/amd64"
+    ) -> Manifest | None:
         """The image manifest; an index is followed to the `platform` entry. None when absent."""
         check_repository(repository)
         check_reference(reference)
@@ -120,7 +137,8 @@ class Registry(dg.ConfigurableResource):
             found = self._get_manifest(repository, child)
             if found is None:
                 raise RegistryError(
-                    f"{self._where(repository, reference)} is an index whose {platform} entry {child} is "
+                    f"{self._where(repository, reference)} is an index whose {platform} entry "
+                    f"{child} is "
                     "missing from the registry: push the platform manifest, or re-push the index"
                 )
         if found is None:
@@ -134,9 +152,13 @@ class Registry(dg.ConfigurableResource):
         try:
             config = json.loads(data)
         except ValueError as exc:
-            raise RegistryError(f"{self._where(repository, image.config.digest)}: config is not JSON ({exc})") from None
+            raise RegistryError(
+                f"{self._where(repository, image.config.digest)}: config is not JSON ({exc})"
+            ) from None
         if not isinstance(config, dict):
-            raise RegistryError(f"{self._where(repository, image.config.digest)}: config is not a JSON object")
+            raise RegistryError(
+                f"{self._where(repository, image.config.digest)}: config is not a JSON object"
+            )
         return config
 
     def tag(self, *, repository: str, digest: str, tag: str) -> None:
@@ -150,7 +172,9 @@ class Registry(dg.ConfigurableResource):
         stored = self._require_exact(repository, digest)
         self._put_manifest(repository, stored, tag, self._pinned_guard(repository, tag, digest))
 
-    def move_tag(self, *, repository: str, tag: str, to_digest: str, expect_from: str | None) -> str | None:
+    def move_tag(
+        self, *, repository: str, tag: str, to_digest: str, expect_from: str | None
+    ) -> str | None:
         """Compare-and-swap: move `tag` to `to_digest` only if it is at `expect_from` now.
 
         `expect_from=None` means the tag must not exist yet. Reads, refuses with TagMoved, writes,
@@ -176,8 +200,10 @@ class Registry(dg.ConfigurableResource):
         after = self._head_manifest(repository, tag)
         if after != to_digest:
             raise TagMoved(
-                f"{self._where(repository, tag)} was written to {to_digest} but now points at {after or 'nothing'}: "
-                "another writer moved it right after this move; read the tag's history and decide again"
+                f"{self._where(repository, tag)} was written to {to_digest} but now points at "
+                f"{after or 'nothing'}: "
+                "another writer moved it right after this move; read the tag's history and "
+                "decide again"
             )
         return before
 
@@ -190,19 +216,23 @@ class Registry(dg.ConfigurableResource):
         globs: Iterable[GlobQuery] = (),
         read_whole_layers: bool = False,
     ) -> ImageScan:
-        """Answer many reads and globs in ONE walk over the layers from the top down, each layer blob
-        opened once (a symlink or hardlink to a member already passed may read a layer again, from the
-        blob cache when it has it), stopping as soon as every query is decided.
+        """Answer many reads and globs in ONE walk over the layers from the top down, each layer
+        blob opened once (a symlink or hardlink to a member already passed may read a layer again,
+        from the blob cache when it has it), stopping as soon as every query is decided.
 
-        Paths have read_file's semantics, globs glob's (with `read=True` their matches are read too).
-        `read_whole_layers`: read each opened layer to its end (checked against its digest, and so
-        stored in the blob cache) even where the scan could stop early; for an image that will be
-        read again soon, such as a verification that is repeated.
+        Paths have read_file's semantics, globs glob's (with `read=True` their matches are read
+        too). `read_whole_layers`: read each opened layer to its end (checked against its digest,
+        and so stored in the blob cache) even where the scan could stop early; for an image that
+        will be read again soon, such as a verification that is repeated.
         """
         from resources.registry.layers import GlobQuery, image_path, scan_layers
+
         image = self._require_manifest(repository, reference)
         wanted = [image_path(p) for p in paths]
-        queries = [GlobQuery(pattern=image_path(g.pattern), read=g.read, siblings=g.siblings) for g in globs]
+        queries = [
+            GlobQuery(pattern=image_path(g.pattern), read=g.read, siblings=g.siblings)
+            for g in globs
+        ]
         found = scan_layers(
             image.layers,
             lambda index: self._layer_source(repository, image.layers[index]),
@@ -214,19 +244,32 @@ class Registry(dg.ConfigurableResource):
         )
         image_bytes = sum(d.size for d in image.layers)
         files = {
-            key: None if hit is None else FileRead(
-                path="/" + key, data=hit.data, layer_digest=image.layers[hit.layer_index].digest,
-                layer_index=hit.layer_index, bytes_read=found.bytes_read, image_bytes=image_bytes,
+            key: None
+            if hit is None
+            else FileRead(
+                path="/" + key,
+                data=hit.data,
+                layer_digest=image.layers[hit.layer_index].digest,
+                layer_index=hit.layer_index,
+                bytes_read=found.bytes_read,
+                image_bytes=image_bytes,
             )
             for key, hit in found.files.items()
         }
-        return ImageScan(files=files, matches=found.matches, bytes_read=found.bytes_read, image_bytes=image_bytes,
-                         layers_opened=found.opened, registry_opens=found.remote_opens)
+        return ImageScan(
+            files=files,
+            matches=found.matches,
+            bytes_read=found.bytes_read,
+            image_bytes=image_bytes,
+            layers_opened=found.opened,
+            registry_opens=found.remote_opens,
+        )
 
     def read_file(self, *, repository: str, reference: str, path: str) -> FileRead | None:
-        """Read `path` from the image, walking layers from the TOP down and stopping at the first layer
-        that decides it (holds it, whites it out with ``.wh.NAME``, or hides its directory with
-        ``.wh..wh..opq``). Streams blobs (gzip, zstd or plain tar). None when the path is absent.
+        """Read `path` from the image, walking layers from the TOP down and stopping at the first
+        layer that decides it (holds it, whites it out with ``.wh.NAME``, or hides its directory
+        with ``.wh..wh..opq``). Streams blobs (gzip,
+        zstd or plain tar). None when the path is absent.
 
         Symlinks (the path itself or a parent directory) are followed within the image, at most
         MAX_SYMLINK_HOPS times. A path that names a directory or a device is not a file: None.
@@ -240,7 +283,10 @@ class Registry(dg.ConfigurableResource):
         finding e.g. ``.../harbor-*.dist-info/METADATA`` costs the top layers, not the whole image.
         """
         from resources.registry.layers import GlobQuery
-        return self.scan(repository=repository, reference=reference, globs=[GlobQuery(pattern=pattern)]).glob(pattern)
+
+        return self.scan(
+            repository=repository, reference=reference, globs=[GlobQuery(pattern=pattern)]
+        ).glob(pattern)
 
     def absence(self, *, repository: str, reference: str) -> str:
         """Why `reference` is not there, in words for an error message ("absent" when nothing more
@@ -257,15 +303,19 @@ class Registry(dg.ConfigurableResource):
         return Descriptor(media_type=media_type, digest=digest, size=len(data))
 
     def push_blob_file(self, *, repository: str, path: str | Path, media_type: str) -> Descriptor:
-        """Upload a blob from a file, streamed (layers can be many GiB); idempotent like push_blob."""
+        """Upload a blob from a file, streamed (layers
+        can be many GiB); idempotent like push_blob."""
         check_repository(repository)
         digest, size = hash_file(Path(path))
         with open(path, "rb") as body:
             self._put_blob(repository, digest, size, body)
         return Descriptor(media_type=media_type, digest=digest, size=size)
 
-    def push_manifest(self, *, repository: str, raw: bytes, media_type: str, tag: str | None) -> str:
-        """Upload a manifest by digest, and tag it when `tag` is given (subject to the pinned rule)."""
+    def push_manifest(
+        self, *, repository: str, raw: bytes, media_type: str, tag: str | None
+    ) -> str:
+        """Upload a manifest by digest, and tag it when
+        `tag` is given (subject to the pinned rule)."""
         check_repository(repository)
         if tag is not None:
             check_tag(tag)
@@ -273,7 +323,9 @@ class Registry(dg.ConfigurableResource):
         check_manifest_bytes(stored, self._where(repository, stored.digest))
         self._put_manifest(repository, stored, None, None)
         if tag is not None:
-            self._put_manifest(repository, stored, tag, self._pinned_guard(repository, tag, stored.digest))
+            self._put_manifest(
+                repository, stored, tag, self._pinned_guard(repository, tag, stored.digest)
+            )
         return stored.digest
 
     def stored(self, *, repository: str, reference: str) -> RawManifest | None:
@@ -288,9 +340,13 @@ class Registry(dg.ConfigurableResource):
         check_digest(descriptor.digest)
         return self._read_blob(repository, descriptor, limit=limit)
 
-    def referrers(self, *, repository: str, digest: str, artifact_type: str) -> list[Descriptor] | None:
-        """The manifests whose `subject` is `digest` and whose artifactType is `artifact_type` (OCI 1.1
-        referrers API); None when the registry has no referrers API (then cosign's tag scheme holds)."""
+    def referrers(
+        self, *, repository: str, digest: str, artifact_type: str
+    ) -> list[Descriptor] | None:
+        """The manifests whose `subject` is `digest` and
+        whose artifactType is `artifact_type` (OCI 1.1
+        referrers API); None when the registry has no
+        referrers API (then cosign's tag scheme holds)."""
         check_repository(repository)
         check_digest(digest)
         found = self._referrers(repository, digest, artifact_type)
@@ -298,10 +354,12 @@ class Registry(dg.ConfigurableResource):
         return None if found is None else [d for d in found if d.artifact_type == artifact_type]
 
     def can_push(self, *, repository: str) -> PushCheck:
-        """Whether this registry lets lockstep push to `repository`, proven without writing anything that
-        stays: an HTTP registry opens a blob upload (``POST /v2/<repository>/blobs/uploads/``, with the
-        token exchanged for ``pull,push``) and cancels it (``DELETE`` on its Location); a layout directory
-        must exist or be creatable, and be writable. A bad repository name still raises RegistryError."""
+        """Whether this registry lets lockstep push to `repository`, proven without writing anything
+        that stays: an HTTP registry opens a blob upload (``POST /v2/<repository>/blobs/uploads/``,
+        with the token exchanged for ``pull,push``) and cancels it
+        (``DELETE`` on its Location); a layout directory
+        must exist or be creatable, and be writable. A
+        bad repository name still raises RegistryError."""
         check_repository(repository)
         return self._probe_push(repository)
 
@@ -322,8 +380,11 @@ class Registry(dg.ConfigurableResource):
         """The exact stored bytes of a manifest or index, or None."""
 
     @abstractmethod
-    def _put_manifest(self, repository: str, stored: RawManifest, tag: str | None, guard: TagGuard | None) -> None:
-        """Store `stored` by digest (tag None) or under `tag`, asking `guard` right before a tag write."""
+    def _put_manifest(
+        self, repository: str, stored: RawManifest, tag: str | None, guard: TagGuard | None
+    ) -> None:
+        """Store `stored` by digest (tag None) or under
+        `tag`, asking `guard` right before a tag write."""
 
     @abstractmethod
     def _open_blob(self, repository: str, digest: str) -> BinaryIO:
@@ -335,7 +396,8 @@ class Registry(dg.ConfigurableResource):
 
     @abstractmethod
     def _probe_push(self, repository: str) -> PushCheck:
-        """`can_push` for this backend: every refusal (and every error on the way) as a PushCheck."""
+        """`can_push` for this backend: every refusal
+        (and every error on the way) as a PushCheck."""
 
     # -- shared plumbing --------------------------------------------------------------------------
 
@@ -353,7 +415,8 @@ class Registry(dg.ConfigurableResource):
         image = self.manifest(repository=repository, reference=reference)
         if image is None:
             raise RegistryError(
-                f"{self._where(repository, reference)}: no such image ({self._absence(repository, reference)}); "
+                f"{self._where(repository, reference)}: no such image "
+                f"({self._absence(repository, reference)}); "
                 "check the tag or digest (was it pushed?)"
             )
         return image
@@ -362,8 +425,10 @@ class Registry(dg.ConfigurableResource):
         stored = self._get_manifest(repository, digest)
         if stored is None:
             raise RegistryError(
-                f"{self._where(repository, digest)}: no manifest with this digest in the repository "
-                f"({self._absence(repository, digest)}); push it first (a tag can only point at a manifest the repository holds)"
+                f"{self._where(repository, digest)}: no manifest with this digest in the "
+                "repository "
+                f"({self._absence(repository, digest)}); push it first (a tag can only point at "
+                "a manifest the repository holds)"
             )
         return stored
 
@@ -373,7 +438,8 @@ class Registry(dg.ConfigurableResource):
         def guard(now: str | None) -> bool:
             if pinned and now is not None and now != digest:
                 raise PinnedTagTaken(
-                    f"{self._where(repository, tag)} is a pinned tag and already points at {now}, not {digest}: "
+                    f"{self._where(repository, tag)} is a pinned tag and already points at "
+                    f"{now}, not {digest}: "
                     "pinned tags are written once; build under a new tag (a new commit sha) instead"
                 )
             return now != digest
@@ -387,24 +453,30 @@ class Registry(dg.ConfigurableResource):
             return
         expected = expect_from or "nothing (a new tag)"
         raise TagMoved(
-            f"{self._where(repository, tag)} points at {now or 'nothing'}, not at {expected}: someone else "
+            f"{self._where(repository, tag)} points at {now or 'nothing'}, not at {expected}: "
+            "someone else "
             f"moved it; nothing was written (wanted {to_digest}). Read the tag again and decide"
         )
 
     def _read_blob(self, repository: str, desc: Descriptor, *, limit: int) -> bytes:
         if desc.size > limit:
-            raise RegistryError(f"{self._where(repository, desc.digest)}: blob is {desc.size} bytes, over {limit}")
+            raise RegistryError(
+                f"{self._where(repository, desc.digest)}: blob is {desc.size} bytes, over {limit}"
+            )
         with contextlib.closing(self._open_blob(repository, desc.digest)) as stream:
             data = read_up_to(stream, limit + 1)
         if len(data) > limit or digest_of(data) != desc.digest:
             raise RegistryError(
-                f"{self._where(repository, desc.digest)}: the bytes served do not hash to the digest "
-                f"(got {digest_of(data)}): the registry storage is corrupt or a proxy altered the blob"
+                f"{self._where(repository, desc.digest)}: the bytes served do not hash to the "
+                "digest "
+                f"(got {digest_of(data)}): the registry storage is corrupt or a proxy altered "
+                "the blob"
             )
         return data
 
-
-    def _referrers(self, repository: str, digest: str, artifact_type: str) -> list[Descriptor] | None:
+    def _referrers(
+        self, repository: str, digest: str, artifact_type: str
+    ) -> list[Descriptor] | None:
         """The referrers API's answer; None: this backend has none (an image layout directory)."""
         return None
 
@@ -412,15 +484,21 @@ class Registry(dg.ConfigurableResource):
         return "absent"
 
     def _blob_cache(self) -> BlobCache | None:
-        """Where layers read to their end are kept for the next scan; None: no cache (a local layout)."""
+        """Where layers read to their end are kept for
+        the next scan; None: no cache (a local layout)."""
         return None
 
     def _layer_source(self, repository: str, layer: Descriptor) -> LayerSource:
         from resources.registry.layers import LayerSource
+
         cache = self._blob_cache()
         if cache is not None and (hit := cache.open(layer.digest)) is not None:
-            return LayerSource(stream=hit, remote=False, on_corrupt=lambda: cache.evict(layer.digest),
-                               note=f" (the copy in the blob cache {cache.root}, now removed: run again)")
+            return LayerSource(
+                stream=hit,
+                remote=False,
+                on_corrupt=lambda: cache.evict(layer.digest),
+                note=f" (the copy in the blob cache {cache.root}, now removed: run again)",
+            )
         stream = self._open_blob(repository, layer.digest)
         if cache is None or not cache.fits(layer.size):
             return LayerSource(stream=stream, remote=True)

@@ -59,8 +59,10 @@ class BlobCache:
             self._path(digest).unlink()
 
     def filling(self, digest: str, stream: BinaryIO) -> BinaryIO:
-        """`stream`, teed into a temp file that becomes the cached blob on `commit()`; `stream` itself
-        when the cache cannot be written (a read-only home): a disk problem costs the cache, not the read."""
+        """`stream`, teed into a temp file that becomes
+        the cached blob on `commit()`; `stream` itself
+        when the cache cannot be written (a read-only home):
+        a disk problem costs the cache, not the read."""
         try:
             self._tmp_dir().mkdir(parents=True, exist_ok=True)
             return CacheFill(self, digest, stream)  # type: ignore[return-value]

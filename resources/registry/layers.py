@@ -44,7 +44,8 @@ _TAR_BUFSIZE = 64 * 1024
 
 
 def _decode_errors() -> tuple[type[BaseException], ...]:
-    """What a broken layer stream raises. tarfile and zstandard load with the first scan, not with a location."""
+    """What a broken layer stream raises. tarfile and
+    zstandard load with the first scan, not with a location."""
     import tarfile
 
     import zstandard
@@ -58,7 +59,8 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
 @dataclass(frozen=True)
 class GlobQuery:
     """Image paths matching `pattern`; `read`: also their contents (read_file semantics), and the
-    contents of each `siblings` name in a match's directory (e.g. direct_url.json beside METADATA)."""
+    contents of each `siblings` name in a match's
+    directory (e.g. direct_url.json beside METADATA)."""
 
     pattern: str
     read: bool = False
@@ -72,7 +74,8 @@ class LayerSource:
     stream: BinaryIO
     remote: bool  # pulled from the registry (counted in bytes_read), not read from the local cache
     on_verified: Callable[[], None] | None = None  # read to its end and it matched its descriptor
-    on_corrupt: Callable[[], None] | None = None  # it did not read or match (e.g. drop a bad cached copy)
+    # it did not read or match (e.g. drop a bad cached copy)
+    on_corrupt: Callable[[], None] | None = None
     note: str = ""  # added to the blob's name in errors, e.g. that it was read from the cache
 
 
@@ -84,7 +87,8 @@ class Hit:
 
 @dataclass
 class ScanResult:
-    files: dict[str, Hit | None]  # every path asked and every glob match read (or sibling), by image path
+    # every path asked and every glob match read (or sibling), by image path
+    files: dict[str, Hit | None]
     matches: dict[str, list[str]]  # glob pattern (an image path) -> the matches
     bytes_read: int = 0  # compressed bytes pulled from remote sources
     opened: dict[int, int] = field(default_factory=dict)  # layer index -> times opened in this scan
@@ -109,7 +113,8 @@ def member_path(name: str) -> str:
 
 
 def _link_target(link_dir: str, linkname: str) -> str:
-    """Where a symlink in `link_dir` points, as an image path (absolute links start at the image root)."""
+    """Where a symlink in `link_dir` points, as an image
+    path (absolute links start at the image root)."""
     joined = linkname if linkname.startswith("/") else f"{link_dir}/{linkname}"
     return posixpath.normpath("/" + joined).lstrip("/")
 
@@ -216,7 +221,7 @@ class _Lookup:
                 self.dirs_here.add(m.name)
             elif m.kind == "symlink" and m.name not in self.dirs_above:
                 through = _link_target(posixpath.dirname(m.name), m.link)
-                return _Redirect(member_path(f"{through}/{target[len(m.name) + 1:]}"))
+                return _Redirect(member_path(f"{through}/{target[len(m.name) + 1 :]}"))
             else:
                 return _Absent()
         elif _whiteout_hides(m.name, target):
@@ -246,12 +251,21 @@ class _GlobState:
     def feed(self, m: Member) -> None:
         if _is_whiteout(m.name):
             self.whiteouts.append(m.name)
-        elif m.kind in ("file", "symlink", "hardlink") and self.pattern.match(m.name) and not self._hidden(m.name):
+        elif (
+            m.kind in ("file", "symlink", "hardlink")
+            and self.pattern.match(m.name)
+            and not self._hidden(m.name)
+        ):
             self.found.append(m.name)
 
     def wants_data(self, m: Member) -> bool:
-        return self.query.read and m.kind == "file" and not _is_whiteout(m.name) \
-            and any(p.match(m.name) for p in self.captures) and not self._hidden(m.name)
+        return (
+            self.query.read
+            and m.kind == "file"
+            and not _is_whiteout(m.name)
+            and any(p.match(m.name) for p in self.captures)
+            and not self._hidden(m.name)
+        )
 
     def _hidden(self, name: str) -> bool:
         return any(_whiteout_hides(h, name) for h in self.hides)
@@ -280,8 +294,14 @@ def scan_layers(
 
 
 class _Scan:
-    def __init__(self, layers: list[Descriptor], open_layer: Callable[[int], LayerSource], where_image: str,
-                 where_blob: Callable[[str], str], read_whole_layers: bool) -> None:
+    def __init__(
+        self,
+        layers: list[Descriptor],
+        open_layer: Callable[[int], LayerSource],
+        where_image: str,
+        where_blob: Callable[[str], str],
+        read_whole_layers: bool,
+    ) -> None:
         self.layers = layers
         self.open_layer = open_layer
         self.where_image = where_image
@@ -295,13 +315,20 @@ class _Scan:
         self.globs: list[_GlobState] = []
         self.asked: set[str] = set()
         self.captured: dict[tuple[int, str], bytes] = {}
-        self.wanted: dict[tuple[int, str], list[tuple[str, str]]] = {}  # (layer, member) -> [(key, how)]
+        # (layer, member) -> [(key, how)]
+        self.wanted: dict[tuple[int, str], list[tuple[str, str]]] = {}
 
     def run(self, paths: list[str], globs: list[GlobQuery]) -> ScanResult:
         for query in globs:
-            if query.pattern not in self.result.matches and all(g.query.pattern != query.pattern for g in self.globs):
-                captures = [query.pattern] + [f"{posixpath.dirname(query.pattern)}/{s}" for s in query.siblings]
-                self.globs.append(_GlobState(query, _Pattern(query.pattern), [_Pattern(c) for c in captures]))
+            if query.pattern not in self.result.matches and all(
+                g.query.pattern != query.pattern for g in self.globs
+            ):
+                captures = [query.pattern] + [
+                    f"{posixpath.dirname(query.pattern)}/{s}" for s in query.siblings
+                ]
+                self.globs.append(
+                    _GlobState(query, _Pattern(query.pattern), [_Pattern(c) for c in captures])
+                )
         for path in paths:
             self._ask(path)
         for index in range(len(self.layers) - 1, -1, -1):
@@ -342,13 +369,20 @@ class _Scan:
                     return self._settle(lookup, verdict, self.current, m, None)
         self.lookups.append(lookup)
 
-    def _settle(self, lookup: _Lookup, verdict: _Verdict, index: int, m: Member | None,
-                read: Callable[[], bytes] | None) -> None:
+    def _settle(
+        self,
+        lookup: _Lookup,
+        verdict: _Verdict,
+        index: int,
+        m: Member | None,
+        read: Callable[[], bytes] | None,
+    ) -> None:
         if isinstance(verdict, _Redirect):
             lookup.hops += 1
             if lookup.hops > MAX_SYMLINK_HOPS:
                 raise RegistryError(
-                    f"{self.where_image}: /{lookup.key} goes through more than {MAX_SYMLINK_HOPS} symlinks "
+                    f"{self.where_image}: /{lookup.key} goes through more than "
+                    f"{MAX_SYMLINK_HOPS} symlinks "
                     "(a loop?); read the path the link finally names instead"
                 )
             lookup.restart(verdict.path)
@@ -357,12 +391,15 @@ class _Scan:
             self.result.files[lookup.key] = None
             return None
         assert m is not None
-        member, how = (m.name, "file") if isinstance(verdict, _Here) else (verdict.member, "hardlink")
+        member, how = (
+            (m.name, "file") if isinstance(verdict, _Here) else (verdict.member, "hardlink")
+        )
         if (index, member) not in self.captured and read is not None and how == "file":
             self.captured[(index, member)] = read()
         if (index, member) in self.captured:
             self.result.files[lookup.key] = Hit(self.captured[(index, member)], index)
-        else:  # a member already streamed past: read it again after the walk (from the cache, mostly)
+        # a member already streamed past: read it again after the walk (from the cache, mostly)
+        else:
             self.wanted.setdefault((index, member), []).append((lookup.key, how))
         return None
 
@@ -378,7 +415,8 @@ class _Scan:
                     self.partial.append(m)
                     self._feed(index, m, tar, info)  # type: ignore[arg-type]
                     if not self._undecided() and not self.read_whole:
-                        complete = False  # every query is decided: the rest of the layer is not needed
+                        # every query is decided: the rest of the layer is not needed
+                        complete = False
                         break
             if complete:
                 checked.finish(source)
@@ -433,7 +471,8 @@ class _Scan:
             yield checked, source, where
         except RegistryError:
             if source.on_corrupt is not None:
-                source.on_corrupt()  # e.g. a bad cached copy: dropped, so the next read fetches it again
+                # e.g. a bad cached copy: dropped, so the next read fetches it again
+                source.on_corrupt()
             raise
         finally:
             if source.remote:
@@ -442,7 +481,8 @@ class _Scan:
                 source.stream.close()
 
     def _read_wanted(self) -> None:
-        """Members the walk had streamed past when a symlink or hardlink named them: one more read of
+        """Members the walk had streamed past when a
+        symlink or hardlink named them: one more read of
         each such layer, stopping once they are all in hand."""
         by_layer: dict[int, set[str]] = {}
         for index, member in self.wanted:
@@ -455,11 +495,14 @@ class _Scan:
                 if data is None:
                     if how == "hardlink":
                         raise RegistryError(
-                            f"{self.where_blob(self.layers[index].digest)}: /{key} is a hardlink to {member}, which "
+                            f"{self.where_blob(self.layers[index].digest)}: /{key} is a hardlink "
+                            f"to {member}, which "
                             "the layer does not hold as a regular file: the layer tar is malformed"
                         )
-                    raise RegistryError(f"{self.where_blob(self.layers[index].digest)}: {member} was listed but "
-                                        "could not be read again: the layer changed between two reads")
+                    raise RegistryError(
+                        f"{self.where_blob(self.layers[index].digest)}: {member} was listed but "
+                        "could not be read again: the layer changed between two reads"
+                    )
                 self.result.files[key] = Hit(data, index)
 
     def _read_members(self, index: int, members: set[str]) -> None:
@@ -509,21 +552,29 @@ class _Checked(io.RawIOBase):
         return n
 
     def finish(self, source: LayerSource) -> None:
-        """Read what the tar reader left (end-of-archive padding, trailing bytes) and check the whole blob."""
+        """Read what the tar reader left (end-of-archive
+        padding, trailing bytes) and check the whole blob."""
         buffer = bytearray(CHUNK)
         try:
             while self.readinto(buffer):
                 pass
         except _decode_errors() as exc:
-            raise RegistryError(f"{self._where}: layer blob broke off after {self.count} bytes ({exc})") from None
+            raise RegistryError(
+                f"{self._where}: layer blob broke off after {self.count} bytes ({exc})"
+            ) from None
         size, digest = self._layer.size, self._layer.digest
         got = f"{digest.partition(':')[0]}:{self._hash.hexdigest()}"
         if self.count != size or got != digest:
-            what = (f"is {self.count} bytes, but its descriptor says {size}" if self.count != size
-                    else f"hashes to {got}")
+            what = (
+                f"is {self.count} bytes, but its descriptor says {size}"
+                if self.count != size
+                else f"hashes to {got}"
+            )
             raise RegistryError(
-                f"{self._where}: layer blob {what}: it is truncated or corrupt (in the registry or on the way), "
-                "so nothing below it can be trusted either; push the image again, or check what sits between "
+                f"{self._where}: layer blob {what}: it is truncated or corrupt (in the registry "
+                "or on the way), "
+                "so nothing below it can be trusted either; push the image again, or check what "
+                "sits between "
                 "lockstep and the registry"
             )
         if source.on_verified is not None:
@@ -550,14 +601,18 @@ def decoded_tar(raw: io.RawIOBase, where: str) -> Iterator[tarfile.TarFile | Non
         # tarfile's own "r|gz" stops after the first gzip member; GzipFile reads every member.
         decoded = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
     elif magic.startswith(ZSTD_MAGIC):
-        decoded = zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True, closefd=False)
+        decoded = zstandard.ZstdDecompressor().stream_reader(
+            buffered, read_across_frames=True, closefd=False
+        )
     else:
         decoded = buffered  # type: ignore[assignment]
     try:
         # the caller streams it
         tar = tarfile.open(fileobj=decoded, mode="r|", bufsize=_TAR_BUFSIZE)  # noqa: SIM115
     except _decode_errors() as exc:
-        raise RegistryError(f"{where}: layer is neither a gzip, zstd nor plain tar stream ({exc})") from None
+        raise RegistryError(
+            f"{where}: layer is neither a gzip, zstd nor plain tar stream ({exc})"
+        ) from None
     try:
         yield tar
     except _decode_errors() as exc:

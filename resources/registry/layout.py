@@ -43,7 +43,9 @@ class LayoutRegistry(Registry):
     """An OCI image layout directory per repository under `root` (the sandbox registry)."""
 
     root: str
-    lock_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for another writer's index.json lock.")
+    lock_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest wait for another writer's index.json lock."
+    )
 
     # -- primitives -------------------------------------------------------------------------------
 
@@ -58,7 +60,10 @@ class LayoutRegistry(Registry):
         repo = self._repo(repository)
         index = self._read_index(repo)
         if is_digest(reference):
-            digest, entry = reference, next((m for m in index["manifests"] if m.get("digest") == reference), None)
+            digest, entry = (
+                reference,
+                next((m for m in index["manifests"] if m.get("digest") == reference), None),
+            )
         else:
             entry = _tag_entry(index, reference)
             if entry is None:
@@ -70,13 +75,17 @@ class LayoutRegistry(Registry):
             return None
         raw = blob.read_bytes()
         if digest_of(raw) != digest:
-            raise RegistryError(f"{blob}: the file does not hash to its name: the layout is corrupt")
+            raise RegistryError(
+                f"{blob}: the file does not hash to its name: the layout is corrupt"
+            )
         media_type = (entry or {}).get("mediaType") or sniff_media_type(raw)
         if media_type is None:
             return None
         return RawManifest(raw=raw, media_type=media_type, digest=digest)
 
-    def _put_manifest(self, repository: str, stored: RawManifest, tag: str | None, guard: TagGuard | None) -> None:
+    def _put_manifest(
+        self, repository: str, stored: RawManifest, tag: str | None, guard: TagGuard | None
+    ) -> None:
         repo = self._repo(repository)
         if tag is None:
             self._check_references(repo, stored)
@@ -87,9 +96,15 @@ class LayoutRegistry(Registry):
             current = _tag_entry(index, tag)
             if guard is not None and not guard(current["digest"] if current else None):
                 return
-            others = [m for m in index["manifests"] if (m.get("annotations") or {}).get(REF_NAME) != tag]
-            entry = {"mediaType": stored.media_type, "digest": stored.digest, "size": len(stored.raw),
-                     "annotations": {REF_NAME: tag}}
+            others = [
+                m for m in index["manifests"] if (m.get("annotations") or {}).get(REF_NAME) != tag
+            ]
+            entry = {
+                "mediaType": stored.media_type,
+                "digest": stored.digest,
+                "size": len(stored.raw),
+                "annotations": {REF_NAME: tag},
+            }
             self._write_index(repo, {**index, "manifests": [*others, entry]})
 
     def _open_blob(self, repository: str, digest: str) -> BinaryIO:
@@ -98,33 +113,57 @@ class LayoutRegistry(Registry):
             return open(path, "rb")
         except FileNotFoundError:
             raise RegistryError(
-                f"{self._where(repository, digest)}: blob not in the layout ({path} is missing): push it first"
+                f"{self._where(repository, digest)}: blob not in the layout ({path} is missing): "
+                "push it first"
             ) from None
 
     def _put_blob(self, repository: str, digest: str, size: int, body: BinaryIO) -> None:
         self._write_blob(self._repo(repository), digest, body)
 
     def _probe_push(self, repository: str) -> PushCheck:
-        """The repository's layout directory is writable, or the nearest directory that exists above it is
-        (so it can be created there). Nothing is created: the answer comes from the directories as they are."""
+        """The repository's layout directory is writable,
+        or the nearest directory that exists above it is
+        (so it can be created there). Nothing is created:
+        the answer comes from the directories as they are."""
         repo = self._repo(repository)
         proof = f"{repo}: the image layout a push writes into"
         existing = repo
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
         blobs = repo / "blobs" / "sha256"
-        # What a push writes into: the blobs directory and index.json's directory when they exist, else where they would be made.
+        # What a push writes into: the blobs directory and index.json's directory when they exist,
+        # else where they would be made.
         targets = [p for p in (blobs, repo) if p.exists()] or [existing]
         for target in targets:
             if not target.is_dir():
-                return PushCheck(repository=repository, allowed=False, proof=proof, refusal=(
-                    f"{target} is not a directory, so {repo} cannot be {'written' if target == repo else 'created'}: "
-                    "point [registry] layout_dir at a directory (relative paths are relative to the site file)"))
+                return PushCheck(
+                    repository=repository,
+                    allowed=False,
+                    proof=proof,
+                    refusal=(
+                        f"{target} is not a directory, so {repo} cannot be "
+                        f"{'written' if target == repo else 'created'}: "
+                        "point [registry] layout_dir at a directory (relative paths are relative "
+                        "to the site file)"
+                    ),
+                )
             if not os.access(target, os.W_OK | os.X_OK):
-                return PushCheck(repository=repository, allowed=False, proof=proof, refusal=(
-                    f"{target} is not writable by this user (or is on a read-only file system), so a push to {repo} "
-                    "would fail: give this user write access there, or point [registry] layout_dir elsewhere"))
-        how = "exists and is writable" if repo.exists() else f"can be created ({existing} is a writable directory)"
+                return PushCheck(
+                    repository=repository,
+                    allowed=False,
+                    proof=proof,
+                    refusal=(
+                        f"{target} is not writable by this user (or is on a read-only file "
+                        f"system), so a push to {repo} "
+                        "would fail: give this user write access there, or point [registry] "
+                        "layout_dir elsewhere"
+                    ),
+                )
+        how = (
+            "exists and is writable"
+            if repo.exists()
+            else f"can be created ({existing} is a writable directory)"
+        )
         return PushCheck(repository=repository, allowed=True, proof=f"{repo} {how}")
 
     def _location(self) -> str:
@@ -157,7 +196,8 @@ class LayoutRegistry(Registry):
 
     @contextlib.contextmanager
     def _index_lock(self, repo: Path) -> Iterator[None]:
-        """An exclusive flock on index.json.lock: read-check-write under it is a real compare-and-swap."""
+        """An exclusive flock on index.json.lock:
+        read-check-write under it is a real compare-and-swap."""
         self._ensure_layout(repo)
         with open(repo / "index.json.lock", "a") as lock:
             deadline = time.monotonic() + self.lock_timeout_s
@@ -168,7 +208,8 @@ class LayoutRegistry(Registry):
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise RegistryError(
-                            f"{repo}/index.json.lock: another writer held it for over {self.lock_timeout_s:g} s; "
+                            f"{repo}/index.json.lock: another writer held it for over "
+                            f"{self.lock_timeout_s:g} s; "
                             "check for a stuck lockstep process"
                         ) from None
                     time.sleep(0.01)
@@ -197,8 +238,10 @@ class LayoutRegistry(Registry):
                 h.update(chunk)
                 out.write(chunk)
             if f"{algorithm}:{h.hexdigest()}" != digest:
-                raise RegistryError(f"{repo}: the uploaded bytes hash to {algorithm}:{h.hexdigest()}, "
-                                    f"not {digest}; nothing was stored")
+                raise RegistryError(
+                    f"{repo}: the uploaded bytes hash to {algorithm}:{h.hexdigest()}, "
+                    f"not {digest}; nothing was stored"
+                )
 
     def _check_references(self, repo: Path, stored: RawManifest) -> None:
         """Refuse a manifest whose blobs are missing, as a registry does: no dangling images."""
@@ -208,7 +251,8 @@ class LayoutRegistry(Registry):
             digest = ref.get("digest") if isinstance(ref, dict) else None
             if digest and (not is_digest(digest) or not _blob_path(repo, digest).is_file()):
                 raise RegistryError(
-                    f"{repo}: manifest {stored.digest} references {digest}, which the layout does not hold: "
+                    f"{repo}: manifest {stored.digest} references {digest}, which the layout "
+                    "does not hold: "
                     "push the blobs (and platform manifests) first"
                 )
 

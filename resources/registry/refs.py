@@ -35,7 +35,9 @@ MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_LIST
 
 # distribution's own grammar (reference/regexp.go), so a name is refused here, not by the server.
 # `\Z`, not `$`: Python's `$` also matches before a final newline, so `tpu\n` would pass as a tag.
-_REPOSITORY_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z")
+_REPOSITORY_RE = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z"
+)
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DIGEST_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})\Z")
 
@@ -53,7 +55,8 @@ class TagMoved(RegistryError):
 
 
 class PinnedTagTaken(RegistryError):
-    """An immutable pinned tag (e.g. tpu-<sha>) already points at another digest. Nothing was written."""
+    """An immutable pinned tag (e.g. tpu-<sha>) already
+    points at another digest. Nothing was written."""
 
 
 def digest_of(data: bytes) -> str:
@@ -77,12 +80,17 @@ class ImageRef(Model):
     def parse(cls, ref: str) -> ImageRef:
         text = ref.strip()
         if "://" in text:
-            raise RegistryError(f"image ref {ref!r} has a URL scheme: write host/name:tag, e.g. ghcr.io/org/image:tag")
+            raise RegistryError(
+                f"image ref {ref!r} has a URL scheme: write host/name:tag, e.g. "
+                "ghcr.io/org/image:tag"
+            )
         name, _, digest = text.partition("@")
         host, _, rest = name.partition("/")
         # Like docker: the first component is a host only if it has a '.' or ':' or is localhost.
         if not rest or not ("." in host or ":" in host or host == "localhost"):
-            raise RegistryError(f"image ref {ref!r} names no registry host: write e.g. ghcr.io/org/image:tag")
+            raise RegistryError(
+                f"image ref {ref!r} names no registry host: write e.g. ghcr.io/org/image:tag"
+            )
         repository, tag = rest, None
         last = rest.rsplit("/", 1)[-1]
         if ":" in last:
@@ -96,7 +104,8 @@ class ImageRef(Model):
 
     @property
     def reference(self) -> str:
-        """The digest when there is one, else the tag ("latest" when the ref names neither, as docker does)."""
+        """The digest when there is one, else the tag ("latest"
+        when the ref names neither, as docker does)."""
         return self.digest or self.tag or "latest"
 
     def __str__(self) -> str:
@@ -113,7 +122,8 @@ class Descriptor(Model):
     digest: str
     size: int
     annotations: dict[str, str] = Field(default_factory=dict)
-    artifact_type: str = ""  # OCI 1.1: what an artifact manifest (a referrer) is, e.g. an in-toto statement
+    # OCI 1.1: what an artifact manifest (a referrer) is, e.g. an in-toto statement
+    artifact_type: str = ""
 
 
 class Manifest(Model):
@@ -182,10 +192,13 @@ def check_manifest_bytes(stored: RawManifest, where: str) -> dict:
     declared = doc.get("mediaType")
     if declared and declared != stored.media_type:
         raise RegistryError(
-            f"{where}: manifest says mediaType {declared} but is pushed as {stored.media_type}: push it as {declared}"
+            f"{where}: manifest says mediaType {declared} but is pushed as {stored.media_type}: "
+            f"push it as {declared}"
         )
     if len(stored.raw) > MAX_MANIFEST_BYTES:
-        raise RegistryError(f"{where}: manifest is {len(stored.raw)} bytes, over {MAX_MANIFEST_BYTES}")
+        raise RegistryError(
+            f"{where}: manifest is {len(stored.raw)} bytes, over {MAX_MANIFEST_BYTES}"
+        )
     return doc
 
 
@@ -202,7 +215,8 @@ def descriptor_of(entry: dict) -> Descriptor:
 def image_manifest(stored: RawManifest, where: str) -> Manifest:
     if stored.media_type not in IMAGE_MANIFESTS:
         raise RegistryError(
-            f"{where}: manifest has media type {stored.media_type}; lockstep reads OCI or Docker v2 image manifests"
+            f"{where}: manifest has media type {stored.media_type}; lockstep reads OCI or Docker "
+            "v2 image manifests"
         )
     doc = json.loads(stored.raw)
     try:
@@ -221,7 +235,9 @@ def platform_entry(index: RawManifest, platform: str, where: str) -> str:
     """The digest of the index entry for `platform` ("os/arch" or "os/arch/variant")."""
     want = platform.split("/")
     if len(want) not in (2, 3):
-        raise RegistryError(f"platform {platform!r} is not os/arch or os/arch/variant (e.g. linux/amd64)")
+        raise RegistryError(
+            f"platform {platform!r} is not os/arch or os/arch/variant (e.g. linux/amd64)"
+        )
     seen = []
     for entry in json.loads(index.raw).get("manifests", []):
         p = entry.get("platform") or {}
@@ -230,7 +246,8 @@ def platform_entry(index: RawManifest, platform: str, where: str) -> str:
         if have[:2] == want[:2] and (len(want) == 2 or have[2] == want[2]):
             return entry["digest"]
     raise RegistryError(
-        f"{where} is an index without a {platform} image (it has: {', '.join(seen) or 'no entries'}): "
+        f"{where} is an index without a {platform} image (it has: "
+        f"{', '.join(seen) or 'no entries'}): "
         "build for that platform or ask for one of those"
     )
 
@@ -249,7 +266,8 @@ def check_repository(repository: str) -> None:
 def check_tag(tag: str) -> None:
     if not _TAG_RE.match(tag):
         raise RegistryError(
-            f"tag {tag!r} is not a valid tag: up to 128 letters, digits, '_', '.', '-', not starting with '.' or '-'"
+            f"tag {tag!r} is not a valid tag: up to 128 letters, digits, '_', '.', '-', not "
+            "starting with '.' or '-'"
         )
 
 
@@ -288,5 +306,3 @@ def media_type_of(content_type: str | None, raw: bytes) -> str | None:
     if media_type in IMAGE_MANIFESTS or media_type in INDEXES:
         return media_type
     return sniff_media_type(raw)
-
-

@@ -15,7 +15,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from datetime import timezone
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -31,7 +31,8 @@ READS = frozenset({"GET", "HEAD"})
 
 
 def _broken() -> tuple[type[BaseException], ...]:
-    """What a body that broke off raises (requests is loaded by the first request, not with a location)."""
+    """What a body that broke off raises (requests is
+    loaded by the first request, not with a location)."""
     import requests
     import urllib3
 
@@ -44,7 +45,8 @@ def backoff_sleep(seconds: float) -> None:
 
 
 def retry_after_s(value: str | None, *, now: float | None = None) -> float | None:
-    """A Retry-After header in seconds: delta-seconds or an HTTP-date (RFC 9110 10.2.3); None if unusable."""
+    """A Retry-After header in seconds: delta-seconds or
+    an HTTP-date (RFC 9110 10.2.3); None if unusable."""
     if not value:
         return None
     text = value.strip()
@@ -55,7 +57,7 @@ def retry_after_s(value: str | None, *, now: float | None = None) -> float | Non
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
@@ -93,7 +95,8 @@ class RetryBudget:
         return True
 
     def _elapsed(self, now: float) -> float:
-        # At least the waits asked for, so the budget holds even where backoff_sleep does not really wait.
+        # At least the waits asked for, so the budget holds
+        # even where backoff_sleep does not really wait.
         started = now if self._first_failure is None else self._first_failure
         return max(now - started, self._waited)
 
@@ -113,8 +116,15 @@ class ResumableBody(io.RawIOBase):
     """A streamed GET body that, when the connection breaks mid-body, asks `reopen` for the rest
     (a Range request) and carries on; closing it drops the connection instead of draining it."""
 
-    def __init__(self, resp: requests.Response, where: str, reopen: Reopen, budget: RetryBudget,
-                 *, per_read_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        resp: requests.Response,
+        where: str,
+        reopen: Reopen,
+        budget: RetryBudget,
+        *,
+        per_read_s: float = 60.0,
+    ) -> None:
         self._resp = resp
         self._per_read_s = per_read_s
         self._where = where
@@ -129,7 +139,8 @@ class ResumableBody(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         while True:
             try:
-                # One socket read at a time within the request's deadline (resources/registry/deadline.py).
+                # One socket read at a time within the request's deadline
+                # (resources/registry/deadline.py).
                 data = read_some(self._resp, len(buffer), self._per_read_s)
             except _broken() as exc:
                 self._resume(exc)
@@ -140,9 +151,9 @@ class ResumableBody(io.RawIOBase):
             return n
 
     def _resume(self, exc: BaseException) -> None:
-        # The request timeout also bounds every read of the body, so a stalled download lands here; so
-        # does one past its deadline (TooSlow). A drip moves a little before each deadline: that is not
-        # progress that earns a fresh retry budget, or it would drip forever.
+        # The request timeout also bounds every read of the body, so a stalled download lands here;
+        # so does one past its deadline (TooSlow). A drip moves a little before each deadline: that
+        # is not progress that earns a fresh retry budget, or it would drip forever.
         self._resp.close()
         if self.offset > self._offset_at_break and not isinstance(exc, TooSlow):
             self._budget.progress()
@@ -151,12 +162,14 @@ class ResumableBody(io.RawIOBase):
             why = str(exc) if isinstance(exc, TooSlow) else exc.__class__.__name__
             raise RegistryError(
                 f"GET {self._where}: the download broke off at byte {self.offset} ({why}) "
-                f"and did not resume ({self._budget.spent()}): check the network to the registry, or raise "
+                f"and did not resume ({self._budget.spent()}): check the network to the "
+                "registry, or raise "
                 "timeout_s / retry_budget_s"
             ) from None
         try:
             self._resp = self._reopen(self.offset, self._budget)
-        except _broken() as again:  # the resumed body broke (or ran out of time) while skipping to the offset
+        # the resumed body broke (or ran out of time) while skipping to the offset
+        except _broken() as again:
             self._resume(again)
 
     def close(self) -> None:
@@ -164,8 +177,11 @@ class ResumableBody(io.RawIOBase):
         super().close()
 
 
-def skip_to(resp: requests.Response, offset: int, where: str, *, per_read_s: float = 60.0) -> requests.Response:
-    """Position a resumed body at `offset`: a 206 must start there; a 200 (Range ignored) is the whole
+def skip_to(
+    resp: requests.Response, offset: int, where: str, *, per_read_s: float = 60.0
+) -> requests.Response:
+    """Position a resumed body at `offset`: a 206 must
+    start there; a 200 (Range ignored) is the whole
     body again, so the bytes already read are read and dropped (within the request's deadline)."""
     if resp.status_code == 206:
         got = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.headers.get("Content-Range", ""))
@@ -173,7 +189,8 @@ def skip_to(resp: requests.Response, offset: int, where: str, *, per_read_s: flo
             resp.close()
             raise RegistryError(
                 f"GET {where}: asked to resume at byte {offset} and got Content-Range "
-                f"{resp.headers.get('Content-Range')!r}: the registry or a proxy mangles ranges; run again"
+                f"{resp.headers.get('Content-Range')!r}: the registry or a proxy mangles ranges; "
+                "run again"
             )
         return resp
     left = offset
@@ -181,12 +198,14 @@ def skip_to(resp: requests.Response, offset: int, where: str, *, per_read_s: flo
         chunk = read_some(resp, min(left, 1024 * 1024), per_read_s)
         if not chunk:
             resp.close()
-            raise RegistryError(f"GET {where}: the body served again is shorter than the {offset} bytes read before")
+            raise RegistryError(
+                f"GET {where}: the body served again is shorter than the {offset} bytes read before"
+            )
         left -= len(chunk)
     return resp
 
 
-# -- what registries answer --------------------------------------------------------------------------
+# -- what registries answer ------------------------------------------------------------------------
 
 
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -208,12 +227,17 @@ def is_loopback(host: str) -> bool:
 
 def error_codes(resp: requests.Response) -> list[tuple[str, str]]:
     """The distribution API's JSON errors: [(code, message)]; [] for no body or not that shape."""
-    import requests  # here, not only under TYPE_CHECKING: the except clause below names it at run time
+    # here, not only under TYPE_CHECKING: the except clause below names it at run time
+    import requests
 
     try:
         body = resp.json()
         errors = body.get("errors") or []
-        return [(str(e.get("code", "")), str(e.get("message", ""))) for e in errors if isinstance(e, dict)]
+        return [
+            (str(e.get("code", "")), str(e.get("message", "")))
+            for e in errors
+            if isinstance(e, dict)
+        ]
     except (ValueError, AttributeError, requests.RequestException):
         return []
 
@@ -233,7 +257,10 @@ def with_query(url: str, **params: str) -> str:
 
 STATUS_HINTS = {
     400: "the registry refused the request as invalid; if it names a blob, push the blobs first",
-    401: "the registry wants credentials: set token_env to the NAME of an env var holding a token, and export it",
+    401: (
+        "the registry wants credentials: set token_env to the NAME of an env var holding a "
+        "token, and export it"
+    ),
     403: "the credentials lack permission: the token needs read:packages (write:packages to push)",
     404: "not found: check the repository and the tag or digest",
     405: "the registry does not allow this operation (deletes or pushes disabled?)",

@@ -14,28 +14,60 @@ from pydantic import Field, HttpUrl, model_validator
 from resources.site.fields import Table
 from resources.site.rules import KeyRefused, refuse
 
-AlertKind = Literal["run_failure", "check_failure", "hold", "tag_moved", "branch_gone",
-                    "promotion", "rollback", "verified_build_waiting", "rev_adopted", "bench_filed", "check_warned"]
-# Bad news: something needs a person. Good news (and a WARN): something a person wants to know happened.
-BAD_NEWS: tuple[AlertKind, ...] = ("run_failure", "check_failure", "hold", "tag_moved", "branch_gone")
-GOOD_NEWS: tuple[AlertKind, ...] = ("promotion", "rollback", "verified_build_waiting", "rev_adopted", "bench_filed",
-                                    "check_warned")
+AlertKind = Literal[
+    "run_failure",
+    "check_failure",
+    "hold",
+    "tag_moved",
+    "branch_gone",
+    "promotion",
+    "rollback",
+    "verified_build_waiting",
+    "rev_adopted",
+    "bench_filed",
+    "check_warned",
+]
+# Bad news: something needs a person. Good news (and
+# a WARN): something a person wants to know happened.
+BAD_NEWS: tuple[AlertKind, ...] = (
+    "run_failure",
+    "check_failure",
+    "hold",
+    "tag_moved",
+    "branch_gone",
+)
+GOOD_NEWS: tuple[AlertKind, ...] = (
+    "promotion",
+    "rollback",
+    "verified_build_waiting",
+    "rev_adopted",
+    "bench_filed",
+    "check_warned",
+)
 ALL_KINDS: tuple[AlertKind, ...] = BAD_NEWS + GOOD_NEWS
 
 
 class Webhook(Table):
     """``[[alerts.webhook]]``: one receiver of alerts."""
 
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = Field(
-        description="Shown in logs instead of the URL, e.g. 'ops-slack'.")
-    url_env: str = Field(description="NAME of the environment variable holding the webhook URL (a secret).")
+    name: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    ] = Field(description="Shown in logs instead of the URL, e.g. 'ops-slack'.")
+    url_env: str = Field(
+        description="NAME of the environment variable holding the webhook URL (a secret)."
+    )
     events: list[AlertKind] | None = Field(
-        default=None, description=(
-            f"Only these kinds ({', '.join(ALL_KINDS)}); unset: all of them, the good news too. A pager that "
-            f"wants only what needs a person lists {', '.join(BAD_NEWS)}."))
+        default=None,
+        description=(
+            f"Only these kinds ({', '.join(ALL_KINDS)}); unset: all of them, the good news too. "
+            "A pager that "
+            f"wants only what needs a person lists {', '.join(BAD_NEWS)}."
+        ),
+    )
 
     def wants(self, *kinds: str) -> bool:
-        """Whether this webhook takes an alert of any of `kinds` (an alert may stand for two: a rollback
+        """Whether this webhook takes an alert of any of
+        `kinds` (an alert may stand for two: a rollback
         that set the hold is a `rollback` and a `hold`)."""
         return self.events is None or any(kind in self.events for kind in kinds)
 
@@ -43,8 +75,10 @@ class Webhook(Table):
 class AlertsSection(Table):
     """``[alerts]``: the webserver the alerts link to and the webhooks they go to."""
 
-    base_url: HttpUrl = Field(default=HttpUrl("http://127.0.0.1:3000"),
-                              description="The Dagster webserver's URL, for the run and asset links in each alert.")
+    base_url: HttpUrl = Field(
+        default=HttpUrl("http://127.0.0.1:3000"),
+        description="The Dagster webserver's URL, for the run and asset links in each alert.",
+    )
     webhook: list[Webhook] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -53,7 +87,11 @@ class AlertsSection(Table):
         problems: list[KeyRefused] = []
         for i, hook in enumerate(self.webhook):
             if hook.name in seen:
-                problems.append(KeyRefused(("webhook", i, "name"), f"webhook name {hook.name!r} appears more than once"))
+                problems.append(
+                    KeyRefused(
+                        ("webhook", i, "name"), f"webhook name {hook.name!r} appears more than once"
+                    )
+                )
             seen.add(hook.name)
         refuse(problems)
         return self

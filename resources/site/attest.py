@@ -1,4 +1,5 @@
-"""``[attest]``: signed attestations — the key that signs `tpu/verified_image`, the keys promotion trusts.
+"""``[attest]``: signed attestations — the key that
+signs `tpu/verified_image`, the keys promotion trusts.
 
 With the table, every verified build gets an in-toto statement signed with $key_env pushed beside
 it in the registry, and promote/rollback refuse a target without a valid one by a trusted key.
@@ -17,7 +18,8 @@ from resources.errors import FileFormatError
 from resources.site.fields import Table, site_relative
 from resources.tomlfile import key_line
 
-# The key parsers (resources.attest, and cryptography behind it) load when a site names a trusted key.
+# The key parsers (resources.attest, and cryptography
+# behind it) load when a site names a trusted key.
 if TYPE_CHECKING:
     from resources.attest import TrustedKey
 
@@ -29,10 +31,14 @@ class AttestSection(Table):
     """``[attest]``: see the module docstring."""
 
     key_env: str = Field(
-        description="NAME of the env var holding the ECDSA P-256 private key (PEM) that signs attestations.")
+        description=(
+            "NAME of the env var holding the ECDSA P-256 private key (PEM) that signs attestations."
+        )
+    )
     trusted_keys: list[str] = Field(
         min_length=1,
-        description="Public keys (PEM) promotion accepts signatures of: a path (relative to the site file), "
+        description="Public keys (PEM) promotion accepts signatures of: a path (relative to the "
+        "site file), "
         "or the PEM text itself.",
     )
 
@@ -40,17 +46,22 @@ class AttestSection(Table):
     @classmethod
     def _keys(cls, value: list[str]) -> list[str]:
         from resources.attest import AttestError, load_public_key
+
         for n, entry in enumerate(value, start=1):
             text = entry.strip()
             if not text:
-                raise ValueError(f"entry #{n} is empty: give a public key file's path or its PEM text")
+                raise ValueError(
+                    f"entry #{n} is empty: give a public key file's path or its PEM text"
+                )
             if text.startswith(_PEM):
                 try:
                     load_public_key(text.encode(), source=f"entry #{n}")
                 except AttestError as exc:
                     raise ValueError(str(exc)) from None
             elif "\n" in text or "\0" in text:
-                raise ValueError(f"entry #{n} is neither a PEM (-----BEGIN PUBLIC KEY-----) nor a file path")
+                raise ValueError(
+                    f"entry #{n} is neither a PEM (-----BEGIN PUBLIC KEY-----) nor a file path"
+                )
         return value
 
 
@@ -61,26 +72,35 @@ def key_files(attest: AttestSection, site_path: Path) -> list[Path]:
     return [site_relative(site_path, e) for e in entries if not e.startswith(_PEM)]
 
 
-def read_trusted_keys(attest: AttestSection, site_path: Path) -> tuple[list[TrustedKey], list[FileFormatError]]:
-    """Every key `attest` names (paths relative to the site file at `site_path`), and every one that is not
+def read_trusted_keys(
+    attest: AttestSection, site_path: Path
+) -> tuple[list[TrustedKey], list[FileFormatError]]:
+    """Every key `attest` names (paths relative to the
+    site file at `site_path`), and every one that is not
     a usable public key as a FileFormatError at the site file's line."""
     from resources.attest import AttestError, load_public_key
+
     keys, problems = [], []
     for n, entry in enumerate(attest.trusted_keys, start=1):
         text = entry.strip()
         try:
             if text.startswith(_PEM):
-                keys.append(load_public_key(text.encode(), source=f"[attest] trusted_keys #{n} (inline)"))
+                keys.append(
+                    load_public_key(text.encode(), source=f"[attest] trusted_keys #{n} (inline)")
+                )
                 continue
             path = site_relative(site_path, text)
             keys.append(load_public_key(_read_key_file(path), source=str(path)))
         except AttestError as exc:
-            problems.append(FileFormatError(site_path, _line(site_path), f"[attest] trusted_keys #{n}: {exc}"))
+            problems.append(
+                FileFormatError(site_path, _line(site_path), f"[attest] trusted_keys #{n}: {exc}")
+            )
     return keys, problems
 
 
 def _read_key_file(path: Path) -> bytes:
     from resources.attest import AttestError
+
     try:
         if not path.is_file():
             raise AttestError(f"{path} is not a file (a public key PEM, e.g. cosign.pub)")

@@ -17,8 +17,8 @@ Stamp = tuple[int, int, int, int, int]
 def stamp_of(path: Path) -> Stamp | None:
     """What any write, replacement or rename-over of the file changes (None: no file there).
 
-    ctime is in it because a copy can carry an old mtime (`cp -p`, tar, rsync -t) onto a recycled inode
-    at the same size; nobody can set ctime.
+    ctime is in it because a copy can carry an old mtime (`cp -p`, tar, rsync -t) onto a recycled
+    inode at the same size; nobody can set ctime.
     """
     try:
         st = os.stat(path)
@@ -33,8 +33,8 @@ class SiteCache(Generic[Config]):
 
     A file that changed within `SETTLED_NS` of being read is not kept: file times tick in steps (a
     jiffy; two seconds on FAT), and a second write inside the step of the first could leave every
-    stamp as it was. Past that, a later write gets a later time. Only a file that loaded is kept, so a
-    broken edit is read again, and its error raised, on every load until it is fixed.
+    stamp as it was. Past that, a later write gets a later time. Only a file that loaded is kept, so
+    a broken edit is read again, and its error raised, on every load until it is fixed.
     """
 
     SETTLED_NS = 2_000_000_000

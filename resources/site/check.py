@@ -1,9 +1,10 @@
-"""`lockstep site check` and `lockstep site schema`: every error of a site file at once, and its JSON Schema.
+"""`lockstep site check` and `lockstep site schema`:
+every error of a site file at once, and its JSON Schema.
 
-A load (`load_site`) stops at the first error, which is right for a code location that must not start
-on a broken file, and slow for a person fixing a new one: an edit, a reload, the next error. The check
-reads the file as a load does and lists everything pydantic found (one `SiteProblem` per error, each
-rendered as the load renders it, resources/site/errors.py), plus:
+A load (`load_site`) stops at the first error, which is right for a code location that must not
+start on a broken file, and slow for a person fixing a new one: an edit, a reload, the next error.
+The check reads the file as a load does and lists everything pydantic found (one `SiteProblem` per
+error, each rendered as the load renders it, resources/site/errors.py), plus:
 
 - the rules across tables (`rules.across_tables`: URL schemes, node names, relay keys). pydantic
   runs them only once every table is valid, so when some table is not, the check runs them itself
@@ -65,7 +66,9 @@ def _problems(path: Path) -> list[SiteProblem]:
         problems = problems_of(errors, path, text)
         tables = _valid_tables(data, errors)
         if all(e["loc"] for e in errors):  # a table failed, so SiteConfig's own rules did not run
-            problems += [render(_site_rule_error(p, data), errors, path, text) for p in across_tables(tables)]
+            problems += [
+                render(_site_rule_error(p, data), errors, path, text) for p in across_tables(tables)
+            ]
         attest = tables.get("attest")
     if attest is not None:
         _, unreadable = read_trusted_keys(attest, path)
@@ -84,7 +87,8 @@ def _valid_tables(data: dict[str, Any], errors: list[ErrorDetails]) -> dict[str,
         if name in data:
             try:
                 tables[name] = TypeAdapter(field.annotation).validate_python(data[name])
-            except ValidationError:  # checked with the whole file, so not expected; its errors are listed
+            # checked with the whole file, so not expected; its errors are listed
+            except ValidationError:
                 continue
         elif not field.is_required():
             tables[name] = field.get_default(call_default_factory=True)
@@ -92,15 +96,23 @@ def _valid_tables(data: dict[str, Any], errors: list[ErrorDetails]) -> dict[str,
 
 
 def _site_rule_error(problem: Exception, data: dict[str, Any]) -> ErrorDetails:
-    """A cross-table problem as pydantic reports one from SiteConfig's own validator, so it renders alike."""
-    return {"type": "value_error", "loc": (), "msg": f"Value error, {problem}", "input": data, "ctx": {"error": problem}}
+    """A cross-table problem as pydantic reports one from
+    SiteConfig's own validator, so it renders alike."""
+    return {
+        "type": "value_error",
+        "loc": (),
+        "msg": f"Value error, {problem}",
+        "input": data,
+        "ctx": {"error": problem},
+    }
 
 
 # -- the JSON Schema ------------------------------------------------------------------------------
 
 
 class _TomlSchema(GenerateJsonSchema):
-    """pydantic's schema of the site models, for a TOML file: TOML has no null, so an optional table or
+    """pydantic's schema of the site models, for a TOML
+    file: TOML has no null, so an optional table or
     key is one left out, not one that may be null, and a default of None is no default to show."""
 
     def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
@@ -111,7 +123,9 @@ class _TomlSchema(GenerateJsonSchema):
             return self.generate_inner(schema["schema"])
         return super().default_schema(schema)
 
-    def generate(self, schema: core_schema.CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
+    def generate(
+        self, schema: core_schema.CoreSchema, mode: JsonSchemaMode = "validation"
+    ) -> JsonSchemaValue:
         return {"$schema": SCHEMA_DIALECT, **super().generate(schema, mode)}
 
 
@@ -125,6 +139,7 @@ def site_schema() -> dict[str, Any]:
     schema = SiteConfig.model_json_schema(schema_generator=_TomlSchema, mode="validation")
     for table in schema["$defs"].values():
         for key, prop in table.get("properties", {}).items():
-            if key.endswith("_env"):  # Table's own rule, in the schema so an editor flags a pasted secret
+            # Table's own rule, in the schema so an editor flags a pasted secret
+            if key.endswith("_env"):
                 prop["pattern"] = ENV_NAME.pattern
     return schema

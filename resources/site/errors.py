@@ -1,9 +1,10 @@
-"""How the site file's validation errors read: ``site.toml:LINE: [table] key: what is wrong (got VALUE)``.
+"""How the site file's validation errors read:
+``site.toml:LINE: [table] key: what is wrong (got VALUE)``.
 
 pydantic reports every field error of a file at once; each renders here as a `SiteProblem` with the
 line of the key at fault (resources/tomlfile.py finds it), the table and key as a person finds them,
-and a hint where one helps (the key a typo meant; where a secret goes instead). A value is shown only
-when its key does not name a secret, and always through `redact`.
+and a hint where one helps (the key a typo meant; where a secret goes instead). A value is shown
+only when its key does not name a secret, and always through `redact`.
 
 `load_site` raises the one problem `first_problem` picks; `lockstep site check` lists them all
 (`problems_of`), with the problems a cross-key rule found after its first (`KeyRefused.others`).
@@ -32,7 +33,8 @@ class SiteProblem(Model):
 
     file: str
     line: int | None = None
-    table: str | None = None  # as in the message: "[tpu]", "[[spark.nodes]] #2"; None: the file as a whole
+    # as in the message: "[tpu]", "[[spark.nodes]] #2"; None: the file as a whole
+    table: str | None = None
     key: str | None = None  # None: the table as a whole (a missing table, a rule over the table)
     message: str  # what `site.toml:LINE: ` is followed by: "[tpu] image: required key is missing"
 
@@ -40,7 +42,9 @@ class SiteProblem(Model):
         return FileFormatError(self.file, self.line, self.message)
 
     @classmethod
-    def of(cls, exc: FileFormatError, *, table: str | None = None, key: str | None = None) -> SiteProblem:
+    def of(
+        cls, exc: FileFormatError, *, table: str | None = None, key: str | None = None
+    ) -> SiteProblem:
         return cls(file=exc.path, line=exc.line, table=table, key=key, message=exc.message)
 
     def __str__(self) -> str:
@@ -49,21 +53,29 @@ class SiteProblem(Model):
 
 def first_problem(errors: Sequence[ErrorDetails], path: Path, text: str) -> SiteProblem:
     """The one problem a load reports."""
-    # A misspelt key is both unknown and (as the key it should be) missing: name the one in the file.
+    # A misspelt key is both unknown and (as the key
+    # it should be) missing: name the one in the file.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     return render(err, errors, path, text)
 
 
 def problems_of(errors: Sequence[ErrorDetails], path: Path, text: str) -> list[SiteProblem]:
-    """Every problem in `errors`, in the file's order; a key a typo meant is not also reported missing."""
+    """Every problem in `errors`, in the file's order;
+    a key a typo meant is not also reported missing."""
     expanded: list[ErrorDetails] = []
     for err in errors:
         expanded.append(err)
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, KeyRefused):
-            expanded += [{**err, "msg": f"Value error, {other}", "ctx": {**err["ctx"], "error": other}}
-                         for other in cause.others]  # fmt: skip
-    meant = {e["loc"][:-1] + (close,) for e in errors if e["type"] == "extra_forbidden" and (close := _meant(e, errors))}
+            expanded += [
+                {**err, "msg": f"Value error, {other}", "ctx": {**err["ctx"], "error": other}}
+                for other in cause.others
+            ]
+    meant = {
+        e["loc"][:-1] + (close,)
+        for e in errors
+        if e["type"] == "extra_forbidden" and (close := _meant(e, errors))
+    }
     problems: list[SiteProblem] = []
     for err in expanded:
         if err["type"] == "missing" and tuple(err["loc"]) in meant:
@@ -93,33 +105,46 @@ def line_of(text: str, loc: tuple[str, ...]) -> int | None:
 
 def _meant(err: ErrorDetails, errors: Sequence[ErrorDetails]) -> str | None:
     """For an unknown key: the missing key of the same table it is closest to (a typo), if any."""
-    missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
+    missing = [
+        str(e["loc"][-1])
+        for e in errors
+        if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]
+    ]
     close = difflib.get_close_matches(str(err["loc"][-1]), missing, n=1)
     return close[0] if close else None
 
 
 def render(err: ErrorDetails, errors: Sequence[ErrorDetails], path: Path, text: str) -> SiteProblem:
-    """One pydantic error as a person reads it. `errors`: all of the file's (a typo's hint looks there)."""
+    """One pydantic error as a person reads it. `errors`:
+    all of the file's (a typo's hint looks there)."""
     file = str(path)
     raw = list(err["loc"])
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, KeyRefused):  # a rule over several keys names the key to fix
         raw += list(cause.key)
-    while len(raw) > 1 and isinstance(raw[-1], int):  # an item of a value list: point at the list's key
+    # an item of a value list: point at the list's key
+    while len(raw) > 1 and isinstance(raw[-1], int):
         raw.pop()
     loc = tuple(str(p) for p in raw)
     msg = redact(err["msg"].removeprefix("Value error, "))
     whole_table = (
         not cause.key
         if isinstance(cause, KeyRefused)
-        else isinstance(err.get("input"), dict) and err["type"] not in ("missing", "extra_forbidden")
+        else isinstance(err.get("input"), dict)
+        and err["type"] not in ("missing", "extra_forbidden")
     )
     if whole_table:
         # A rule over a whole table (a model validator): point at the table's header, not at a key.
         table = table_name(loc) if loc else None
-        return SiteProblem(file=file, line=line_of(text, loc) or 1, table=table, message=f"{table or 'site file'}: {msg}")
+        return SiteProblem(
+            file=file,
+            line=line_of(text, loc) or 1,
+            table=table,
+            message=f"{table or 'site file'}: {msg}",
+        )
     parent, key = loc[:-1], loc[-1] if loc else None
-    # A key (or table) missing from a table that is not in the file either: the file as a whole, line 1.
+    # A key (or table) missing from a table that is not
+    # in the file either: the file as a whole, line 1.
     line = line_of(text, loc) or 1
     if parent:
         table, dotted = table_name(parent), f"{table_name(parent)} {key}"
@@ -129,16 +154,25 @@ def render(err: ErrorDetails, errors: Sequence[ErrorDetails], path: Path, text: 
         table, dotted = None, str(key)
 
     def problem(message: str) -> SiteProblem:
-        return SiteProblem(file=file, line=line, table=table, key=key, message=f"{dotted}: {message}")
+        return SiteProblem(
+            file=file, line=line, table=table, key=key, message=f"{dotted}: {message}"
+        )
 
     if err["type"] == "extra_forbidden":
         close = _meant(err, errors)
         hint = (
-            f" (did you mean {close}?)" if close
-            else " (not a key of this table: check the spelling, and that it sits under the right [table] header)"
+            f" (did you mean {close}?)"
+            if close
+            else (
+                " (not a key of this table: check the spelling, and that it sits under the "
+                "right [table] header)"
+            )
         )
         if key and SECRET_KEY.search(key):
-            hint = f" (secrets are never stored in the site file: put the NAME of an environment variable in {key}_env)"
+            hint = (
+                " (secrets are never stored in the site file: put the NAME of an environment "
+                f"variable in {key}_env)"
+            )
         return problem(f"unknown key{hint}")
     if err["type"] == "missing":
         return problem(f"required {'key' if parent else 'table'} is missing")

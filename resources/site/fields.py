@@ -37,7 +37,8 @@ class Table(Model):
 
 def site_relative(site_file: Path, value: str) -> Path:
     """A path from the site file: relative ones are relative to the directory of the file itself (a
-    symlinked site file: of the file it links to, resolved now, so a ConfigMap update is followed)."""
+    symlinked site file: of the file it links to,
+    resolved now, so a ConfigMap update is followed)."""
     p = Path(value).expanduser()
     return p if p.is_absolute() else (site_file.resolve().parent / p).resolve()
 
@@ -66,7 +67,8 @@ class LocationSection(Table):
 
 
 def repo_url(value: str) -> str:
-    """A repository URL's shape (never an option, a remote helper or a bare path); whether its scheme
+    """A repository URL's shape (never an option, a
+    remote helper or a bare path); whether its scheme
     is one this site allows is SiteConfig's check, which sees [site] url_schemes."""
     return check_url("repository URL", value, KNOWN_SCHEMES)
 
@@ -85,7 +87,9 @@ NodeName = Annotated[str, checked(check_name, "node name")]
 
 def placeholders(template: str, allowed: set[str]) -> str:
     try:
-        names = {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+        names = {
+            field for _, field, _, _ in string.Formatter().parse(template) if field is not None
+        }
     except ValueError as exc:
         raise ValueError(f"is not a valid template: {exc}") from None
     if unknown := names - allowed:

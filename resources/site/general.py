@@ -19,24 +19,31 @@ class SiteSection(Table):
         description="Author of the commits lockstep pushes (re-locks, profiles).",
     )
     owners: Owners = Field(
-        default_factory=list, description="Owners of every asset: emails or 'team:<name>' (as Dagster requires)."
+        default_factory=list,
+        description="Owners of every asset: emails or 'team:<name>' (as Dagster requires).",
     )
     url_schemes: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SCHEMES),
-        description="Transports every repository URL may use (git@host:path is ssh); the sandbox adds 'file'.",
+        description=(
+            "Transports every repository URL may use (git@host:path is ssh); the sandbox adds "
+            "'file'."
+        ),
     )
 
     @field_validator("url_schemes")
     @classmethod
     def _schemes(cls, value: list[str]) -> list[str]:
-        # ext:: and fd:: are not transports a site can opt into: they run commands or read descriptors.
+        # ext:: and fd:: are not transports a site can
+        # opt into: they run commands or read descriptors.
         if unknown := [s for s in value if s not in KNOWN_SCHEMES]:
             raise ValueError(
                 f"{', '.join(repr(s) for s in unknown)} is not a scheme lockstep lets git use "
                 f"(known: {', '.join(sorted(KNOWN_SCHEMES))})"
             )
         if not value:
-            raise ValueError("allows no scheme: no repository URL could load (the default is https, ssh)")
+            raise ValueError(
+                "allows no scheme: no repository URL could load (the default is https, ssh)"
+            )
         return value
 
     @field_validator("commit_author")

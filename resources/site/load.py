@@ -48,8 +48,10 @@ def load_site(path: Path | str | None = None) -> SiteConfig:
     stamp = stamp_of(site_path)
     if stamp is None:
         hint = (
-            "check the path" if path
-            else f"check {SITE_ENV}" if os.environ.get(SITE_ENV)
+            "check the path"
+            if path
+            else f"check {SITE_ENV}"
+            if os.environ.get(SITE_ENV)
             else "run `lockstep sandbox up` to create the embedded sandbox"
         )
         raise LockstepError(f"{site_path}: no site file here ({hint})")
@@ -66,25 +68,29 @@ def site_names_only(path: Path) -> SiteConfig:
     """A site file checked as a load checks it, without reading the files it names (trusted keys).
 
     For what only needs the names in it (`lockstep deploy env`): the deployment's env is made before
-    the key files exist where the site file will live, e.g. from deploy/site.example.toml in the repo.
+    the key files exist where the site file will live,
+    e.g. from deploy/site.example.toml in the repo.
     """
     return _read_site(path, read_keys=False)
 
 
 def _read_site(site_path: Path, *, read_keys: bool = True) -> SiteConfig:
-    raw = read_bytes(site_path)  # a directory or FIFO named by $LOCKSTEP_SITE is refused, never read
+    # a directory or FIFO named by $LOCKSTEP_SITE is refused, never read
+    raw = read_bytes(site_path)
     text = decode_utf8(raw, site_path)
     data = load_toml(site_path, text)
     try:
         config = SiteConfig.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, site_path, text) from None
-    # Absolute, not resolved: the path stays the one the deployment named. A Kubernetes ConfigMap mounted
-    # as a directory is symlinks into a timestamped directory that the next update deletes; a code server
-    # holding the resolved path would find no file there instead of seeing that the site changed.
+    # Absolute, not resolved: the path stays the one the deployment named. A Kubernetes ConfigMap
+    # mounted as a directory is symlinks into a timestamped directory that the next update deletes;
+    # a code server holding the resolved path would find no
+    # file there instead of seeing that the site changed.
     config._path = Path(os.path.abspath(site_path))
     config._digest = hashlib.sha256(raw).hexdigest()
-    if read_keys and config.attest is not None:  # a key file that is missing or wrong fails the load, not a promotion
+    # a key file that is missing or wrong fails the load, not a promotion
+    if read_keys and config.attest is not None:
         trusted_keys(config)
     return config
 

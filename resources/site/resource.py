@@ -20,11 +20,15 @@ def location_owners(site: SiteConfig | None, location: str) -> list[str]:
     return site.owners(location) if site else []
 
 
-def with_owners(assets: Sequence[dg.AssetsDefinition], owners: Sequence[str]) -> list[dg.AssetsDefinition]:
+def with_owners(
+    assets: Sequence[dg.AssetsDefinition], owners: Sequence[str]
+) -> list[dg.AssetsDefinition]:
     """`assets` with `owners` on every spec (unchanged when there are none)."""
     if not owners:
         return list(assets)
-    return list(dg.map_asset_specs(lambda spec: spec.replace_attributes(owners=list(owners)), assets))
+    return list(
+        dg.map_asset_specs(lambda spec: spec.replace_attributes(owners=list(owners)), assets)
+    )
 
 
 class SiteChanged(LockstepError):
@@ -40,9 +44,12 @@ class SiteResource(dg.ConfigurableResource):
     site and its resources would disagree.
     """
 
-    path: str = Field(default="", description="Site TOML; empty means $LOCKSTEP_SITE or .sandbox/site.toml.")
+    path: str = Field(
+        default="", description="Site TOML; empty means $LOCKSTEP_SITE or .sandbox/site.toml."
+    )
     loaded_digest: str = Field(
-        default="", description="sha256 of the site file when the code location loaded; empty: not checked."
+        default="",
+        description="sha256 of the site file when the code location loaded; empty: not checked.",
     )
 
     _cached: SiteConfig | None = PrivateAttr(default=None)
@@ -59,7 +66,8 @@ class SiteResource(dg.ConfigurableResource):
         config = load_site(self.path or None)
         if self.loaded_digest and config.digest != self.loaded_digest:
             raise SiteChanged(
-                f"{config.path} changed since this code location loaded it: the registry, iris and node "
+                f"{config.path} changed since this code location loaded it: the registry, iris "
+                "and node "
                 f"resources were built from the old file. {reload_advice()}"
             )
         if self._cache:
@@ -75,13 +83,18 @@ def site_resource(site: SiteConfig | None) -> SiteResource:
 
 
 def needs_site(resource: str) -> dg.ResourceDefinition:
-    """Stands in for a resource built from the site file when there was none as the location loaded."""
+    """Stands in for a resource built from the site
+    file when there was none as the location loaded."""
 
     def missing(_: dg.InitResourceContext) -> None:
         raise LockstepError(
-            f"resource {resource!r} is built from the site file when the code location loads, and there was "
-            f"none (${SITE_ENV} unset and no {DEFAULT_SITE}): run `lockstep sandbox up` or set {SITE_ENV}, "
+            f"resource {resource!r} is built from the site file when the code location loads, "
+            "and there was "
+            f"none (${SITE_ENV} unset and no {DEFAULT_SITE}): run `lockstep sandbox up` or set "
+            f"{SITE_ENV}, "
             "then reload the code location"
         )
 
-    return dg.ResourceDefinition(resource_fn=missing, description=f"{resource}: needs a site file at load")
+    return dg.ResourceDefinition(
+        resource_fn=missing, description=f"{resource}: needs a site file at load"
+    )

@@ -31,7 +31,8 @@ from resources.site.tpu import TpuSection
 
 
 class SiteConfig(Table):
-    """The whole site file. Unknown keys are errors: a key in the wrong table must not be ignored."""
+    """The whole site file. Unknown keys are errors:
+    a key in the wrong table must not be ignored."""
 
     site: SiteSection = Field(default_factory=SiteSection)
     tpu: TpuSection
@@ -62,7 +63,8 @@ class SiteConfig(Table):
 
     @property
     def digest(self) -> str:
-        """sha256 of the file's bytes as read: tells a run whether the file changed since a location loaded."""
+        """sha256 of the file's bytes as read: tells a run
+        whether the file changed since a location loaded."""
         return self._digest
 
     def resolve_path(self, value: str) -> Path:
@@ -79,7 +81,8 @@ class SiteConfig(Table):
         return list(own if own is not None else self.site.owners)
 
     def secret_env_keys(self) -> list[tuple[str, str]]:
-        """(the site key, the NAME it holds) for every environment variable the site names as holding a
+        """(the site key, the NAME it holds) for every
+        environment variable the site names as holding a
         secret, table by table: `lockstep deploy env` says which key asks for each variable."""
         keys: list[tuple[str, str]] = []
         for table in type(self).model_fields:
@@ -89,7 +92,10 @@ class SiteConfig(Table):
             for field, value in section:
                 if field.endswith("_env") and value:
                     keys.append((f"[{table}] {field}", value))
-        keys += [(f"[[alerts.webhook]] url_env ({hook.name})", hook.url_env) for hook in self.alerts.webhook]
+        keys += [
+            (f"[[alerts.webhook]] url_env ({hook.name})", hook.url_env)
+            for hook in self.alerts.webhook
+        ]
         return keys
 
     def secret_env_names(self) -> list[str]:

@@ -26,11 +26,23 @@ class Probe(Table):
     """A file probe: in the INSTALLED file, what must (and must not) follow an anchor line."""
 
     name: str
-    path: str = Field(description="Path in the image; relative paths are under [tpu].site_packages. Globs allowed.")
-    anchor: str = Field(description="Regex for the anchor line, e.g. the guard `if existing_config != self.config:`")
-    within: int = Field(default=4, ge=1, description="How many lines after the anchor are looked at.")
-    must_follow: str | None = Field(default=None, description="Regex that must match one of those lines.")
-    must_not_follow: str | None = Field(default=None, description="Regex that must match none of those lines.")
+    path: str = Field(
+        description=(
+            "Path in the image; relative paths are under [tpu].site_packages. Globs allowed."
+        )
+    )
+    anchor: str = Field(
+        description="Regex for the anchor line, e.g. the guard `if existing_config != self.config:`"
+    )
+    within: int = Field(
+        default=4, ge=1, description="How many lines after the anchor are looked at."
+    )
+    must_follow: str | None = Field(
+        default=None, description="Regex that must match one of those lines."
+    )
+    must_not_follow: str | None = Field(
+        default=None, description="Regex that must match none of those lines."
+    )
 
     @field_validator("anchor", "must_follow", "must_not_follow")
     @classmethod
@@ -52,6 +64,7 @@ HARBOR_GUARD_PROBE = Probe(
     must_not_follow=r"^\s*raise\b",
 )
 
+
 class TpuSection(LocationSection):
     """``[tpu]``: the harbor fork, the consumer repo that locks it, and the image it builds."""
 
@@ -65,25 +78,42 @@ class TpuSection(LocationSection):
     dockerfile: RepoPath = "docker/Dockerfile.tpu"
     build_script: RepoPath = "docker/build_tpu_kaniko.sh"
     image: Annotated[str, checked(check_image_repository, "image")] = Field(
-        description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent")
+        description="Image repository, e.g. ghcr.io/open-thoughts/openthoughts-agent"
+    )
     floating_tag: Annotated[str, checked(check_oci_tag, "floating tag")] = Field(
-        default="tpu", description="The tag other users pull; moved only by promote/rollback.")
+        default="tpu", description="The tag other users pull; moved only by promote/rollback."
+    )
     site_packages: str = "/opt/openthoughts/.venv/lib/python3.12/site-packages"
     smoke_command: list[str] = Field(
         default_factory=lambda: [
-            "bash", "-lc",
-            "/opt/openthoughts/.venv/bin/python -c 'import harbor.job, importlib.metadata as m; "
-            "print(\"harbor\", m.version(\"harbor\"))'",
+            "bash",
+            "-lc",
+            (
+                "/opt/openthoughts/.venv/bin/python -c 'import harbor.job, importlib.metadata as "
+                "m; "
+                'print("harbor", m.version("harbor"))\''
+            ),
         ],
         description="Run on the pinned tag as an iris job; exit 0 = smoke passed.",
     )
     probes: list[Probe] = Field(default_factory=lambda: [HARBOR_GUARD_PROBE])
-    min_layers: int = Field(default=2, ge=1, description="One giant layer is not pullable over ghcr egress.")
+    min_layers: int = Field(
+        default=2, ge=1, description="One giant layer is not pullable over ghcr egress."
+    )
     max_layer_bytes: int = Field(default=8 * 1024**3, gt=0)
     rebuild_on_lock_change: StrictBool = Field(
-        default=False, description="Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
+        default=False,
+        description=(
+            "Rebuild when only the lock moved (first-serve latency; not needed for correctness)."
+        ),
     )
-    auto_promote: StrictBool = Field(default=False, description="Promote each newly verified build (never while on hold).")
+    auto_promote: StrictBool = Field(
+        default=False, description="Promote each newly verified build (never while on hold)."
+    )
     promotion: PromotionSection = Field(
-        default_factory=PromotionSection, description="Soak time and freeze windows every promotion must pass.")
-    owners: Owners | None = Field(default=None, description="Owners of the tpu assets; unset: [site] owners.")
+        default_factory=PromotionSection,
+        description="Soak time and freeze windows every promotion must pass.",
+    )
+    owners: Owners | None = Field(
+        default=None, description="Owners of the tpu assets; unset: [site] owners."
+    )

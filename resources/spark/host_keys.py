@@ -12,7 +12,9 @@ import paramiko
 class _RefuseUnknownHost(paramiko.RejectPolicy):
     """RejectPolicy that keeps the offered key, so the error can show its fingerprint."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         raise _UnknownHost(hostname, key)
 
 

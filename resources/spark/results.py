@@ -25,7 +25,13 @@ class SparkError(LockstepError):
         self.node = node
         self.where = where
         self.message = message
-        head = f"spark node {node} ({where}): " if node and where else f"spark node {node}: " if node else ""
+        head = (
+            f"spark node {node} ({where}): "
+            if node and where
+            else f"spark node {node}: "
+            if node
+            else ""
+        )
         super().__init__(head + message)
 
 
@@ -85,15 +91,22 @@ class RunResult(Model):
         """One line: node, command, exit code and whether there was output.
 
         A non-zero exit with no output says so in those words ("exit 120 with no output"): that is
-        the shape of a dead output pipe in a launcher, not of a failing child (runbook: Bench pipe pump).
+        the shape of a dead output pipe in a launcher,
+        not of a failing child (runbook: Bench pipe pump).
         """
         head = f"{self.node}: `{_short(self.argv)}`"
         if self.silent:
             line = f"{head} exit {self.exit_code} with no output"
             if self.exit_code == 120:
-                line += " (a launcher child dying with 120 and no output points at a dead output pipe pump, not the child)"
+                line += (
+                    " (a launcher child dying with 120 and no output points at a dead output "
+                    "pipe pump, not the child)"
+                )
             return line
-        return f"{head} exit {self.exit_code}, {len(self.stdout)} bytes stdout, {len(self.stderr)} bytes stderr"
+        return (
+            f"{head} exit {self.exit_code}, {len(self.stdout)} bytes stdout, "
+            f"{len(self.stderr)} bytes stderr"
+        )
 
     def __str__(self) -> str:
         return self.describe()
@@ -103,7 +116,9 @@ class RunResult(Model):
         if self.ok:
             return self
         tail = (self.stderr or self.stdout)[-2000:].decode("utf-8", "replace").strip()
-        raise SparkError(self.describe() + (f"\n{tail}" if tail else ""), node=self.node, where=self.where)
+        raise SparkError(
+            self.describe() + (f"\n{tail}" if tail else ""), node=self.node, where=self.where
+        )
 
 
 class DetachedHandle(Model):
@@ -112,9 +127,15 @@ class DetachedHandle(Model):
     node: str
     pid: int
     log: str = Field(description="Remote path of the combined stdout+stderr.")
-    exit_file: str = Field(description="Remote path the exit code is written to when the command ends.")
+    exit_file: str = Field(
+        description="Remote path the exit code is written to when the command ends."
+    )
     started_at: datetime
-    tag: str = Field(description="A token in the detached shell's command line: tells our pid from a recycled one.")
+    tag: str = Field(
+        description=(
+            "A token in the detached shell's command line: tells our pid from a recycled one."
+        )
+    )
 
 
 class DetachedState(Model):
@@ -131,7 +152,12 @@ class PutResult(Model):
     remote_dir: str
     files: int
     bytes: int = Field(description="Total size of the regular files.")
-    sha256: str = Field(description="sha256 of the manifest (path, kind, content sha256, size, exec bit), same on both sides.")
+    sha256: str = Field(
+        description=(
+            "sha256 of the manifest (path, kind, content sha256, size, exec bit), same on both "
+            "sides."
+        )
+    )
     duration_s: float
 
 
@@ -139,12 +165,18 @@ class PipeEnd(Model):
     """One side of a `pipe`: a node, what it was sent (or produced), how it exited."""
 
     node: str
-    exit_code: int | None = Field(description="None when it never exited (timed out, connection lost).")
+    exit_code: int | None = Field(
+        description="None when it never exited (timed out, connection lost)."
+    )
     bytes: int
     sha256: str = Field(description="sha256 of exactly the bytes sent to (or read from) it.")
-    stdout: bytes = Field(default=b"", description="The tail of its stdout (e.g. `docker load`'s 'Loaded image').")
+    stdout: bytes = Field(
+        default=b"", description="The tail of its stdout (e.g. `docker load`'s 'Loaded image')."
+    )
     stderr: bytes = Field(default=b"", description="The tail of its stderr.")
-    error: str | None = Field(default=None, description="What went wrong on our side of the stream, if anything.")
+    error: str | None = Field(
+        default=None, description="What went wrong on our side of the stream, if anything."
+    )
 
     @property
     def ok(self) -> bool:
@@ -160,4 +192,8 @@ class PipeResult(Model):
 
     @property
     def ok(self) -> bool:
-        return self.src.ok and self.src.bytes > 0 and all(d.ok and d.bytes == self.src.bytes for d in self.dsts)
+        return (
+            self.src.ok
+            and self.src.bytes > 0
+            and all(d.ok and d.bytes == self.src.bytes for d in self.dsts)
+        )

@@ -1,4 +1,5 @@
-"""Moving bytes through streams: drains, per-destination feeders, the tar sink, the tree manifest."""
+"""Moving bytes through streams: drains, per-destination
+feeders, the tar sink, the tree manifest."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from resources.spark.results import PipeResult
 from resources.spark.transports import _CHUNK, _Closed, _Stream
 
 # Chunks queued per destination of a pipe: a slow destination holds the producer back (backpressure)
-# once this many are waiting, so at most _QUEUE_CHUNKS * _WINDOW bytes sit in memory per destination.
+# once this many are waiting, so at most _QUEUE_CHUNKS
+# * _WINDOW bytes sit in memory per destination.
 _QUEUE_CHUNKS = 8
 # What we keep of a stream that is only read for a message (a destination's stderr, say).
 _TAIL = 64 * 1024
@@ -134,7 +136,7 @@ def manifest(root):
 
 if __name__ == "__main__":
     sys.stdout.write("".join(line + "\n" for line in manifest(sys.argv[1])))
-"""
+"""  # noqa: E501
 
 
 def local_manifest(root: Path) -> list[str]:
@@ -156,11 +158,17 @@ def _first_difference(local: list[str], remote: list[str]) -> str | None:
         if b is None:
             return f"{path}: missing on the node"
         if a is None:
-            return f"{path}: on the node but not in the local tree (put into an empty directory, e.g. one per rev)"
+            return (
+                f"{path}: on the node but not in the local tree (put into an empty directory, "
+                "e.g. one per rev)"
+            )
         if a[1] != b[1]:
             return f"{path}: a {a[1]} here, a {b[1]} on the node"
         if a[1] == "file" and a[2:4] != b[2:4]:
-            return f"{path}: content differs (here {a[3]} bytes sha256 {a[2][:12]}, node {b[3]} bytes sha256 {b[2][:12]})"
+            return (
+                f"{path}: content differs (here {a[3]} bytes sha256 {a[2][:12]}, node {b[3]} "
+                f"bytes sha256 {b[2][:12]})"
+            )
         if a[1] == "file":
             return f"{path}: executable bit differs (here {a[4]}, node {b[4]})"
         if a[1] == "link":
@@ -193,7 +201,9 @@ class _TarSink(io.RawIOBase):
             self.buffer.clear()
 
 
-def _pipe_failure(result: PipeResult, src_where: str, dst_where: dict[str, str]) -> tuple[str, str, str]:
+def _pipe_failure(
+    result: PipeResult, src_where: str, dst_where: dict[str, str]
+) -> tuple[str, str, str]:
     def tail(data: bytes) -> str:
         text = data.decode("utf-8", "replace").strip()[-1000:]
         return f": {text}" if text else ""
@@ -201,27 +211,49 @@ def _pipe_failure(result: PipeResult, src_where: str, dst_where: dict[str, str])
     src = result.src
     bad = [d for d in result.dsts if not d.ok or d.bytes != src.bytes]
     others = "; ".join(
-        f"{d.node} exit {d.exit_code}" + (f" ({d.error})" if d.error else "") + f" after {d.bytes} bytes"
+        f"{d.node} exit {d.exit_code}"
+        + (f" ({d.error})" if d.error else "")
+        + f" after {d.bytes} bytes"
         for d in bad
     )
     if not src.ok:
         what = src.error or f"exit {src.exit_code}"
-        return src.node, src_where, (
-            f"the producer on {src.node} failed: {what} after {src.bytes} bytes{tail(src.stderr)}"
-            + (f"; destinations: {others}" if others else "")
+        return (
+            src.node,
+            src_where,
+            (
+                (
+                    f"the producer on {src.node} failed: {what} after {src.bytes} "
+                    f"bytes{tail(src.stderr)}"
+                )
+                + (f"; destinations: {others}" if others else "")
+            ),
         )
     if src.bytes == 0:
-        return src.node, src_where, (
-            f"the producer on {src.node} exit {src.exit_code} with no output — nothing was sent; "
-            f"a silent empty stream is a failure, not an empty image{tail(src.stderr)}"
+        return (
+            src.node,
+            src_where,
+            (
+                f"the producer on {src.node} exit {src.exit_code} with no output — nothing was "
+                "sent; "
+                f"a silent empty stream is a failure, not an empty image{tail(src.stderr)}"
+            ),
         )
     first = bad[0]
     detail = first.error or f"exit {first.exit_code}"
     if first.ok and first.bytes != src.bytes:
         detail = f"got {first.bytes} of {src.bytes} bytes"
-    return first.node, dst_where[first.node], (
-        f"destination {first.node} failed: {detail} (exit {first.exit_code}){tail(first.stderr or first.stdout)}"
-        + (f"; all failed destinations: {others}" if len(bad) > 1 else "")
-        + f"; the others ({', '.join(d.node for d in result.dsts if d not in bad) or 'none'}) got all "
-        f"{src.bytes} bytes"
+    return (
+        first.node,
+        dst_where[first.node],
+        (
+            (
+                f"destination {first.node} failed: {detail} (exit "
+                f"{first.exit_code}){tail(first.stderr or first.stdout)}"
+            )
+            + (f"; all failed destinations: {others}" if len(bad) > 1 else "")
+            + "; the others "
+            f"({', '.join(d.node for d in result.dsts if d not in bad) or 'none'}) got all "
+            f"{src.bytes} bytes"
+        ),
     )

@@ -1,8 +1,8 @@
 """How commands reach a node: the sh script they become, the streams they run as, the transports.
 
 A `_Transport` opens a `_Stream`: one running command with its stdin, stdout, stderr and exit code.
-``ssh`` is paramiko, ``local`` a subprocess in the node's root (the sandbox's nodes). Transports take
-a `TransportSettings`, never the resource.
+``ssh`` is paramiko, ``local`` a subprocess in the node's root (the sandbox's nodes). Transports
+take a `TransportSettings`, never the resource.
 """
 
 from __future__ import annotations
@@ -40,11 +40,18 @@ _WINDOW = 4 << 20
 _MAX_PACKET = 256 << 10
 # paramiko re-keys after 512 MiB by default, and a re-key it starts while a channel closes can stall
 # its transport thread for the key-exchange timeout and kill the connection. OpenSSH itself re-keys
-# AES connections after 2^32 blocks (64 GiB); we do the same, and bulk streams use fresh connections.
+# AES connections after 2^32 blocks (64 GiB); we do
+# the same, and bulk streams use fresh connections.
 _REKEY_BYTES = 1 << 36
 _REKEY_PACKETS = 1 << 31
 # AES-GCM first: the cheapest authenticated cipher for both paramiko and sshd.
-_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr", "aes192-ctr")
+_CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+    "aes192-ctr",
+)
 
 
 # ---- what a transport is given -------------------------------------------------------------------
@@ -107,15 +114,26 @@ class TransportSettings:
             if isinstance(exc, TypeError) and "password" not in str(exc).lower():
                 raise
             hint = (
-                f"export {env} with it" if env else "set [spark] passphrase_env to the NAME of an env var holding it"
+                f"export {env} with it"
+                if env
+                else "set [spark] passphrase_env to the NAME of an env var holding it"
             )
-            raise SparkError(f"ssh key {path} is encrypted and no passphrase was given: {hint}") from None
+            raise SparkError(
+                f"ssh key {path} is encrypted and no passphrase was given: {hint}"
+            ) from None
         except (paramiko.SSHException, ValueError, OSError) as exc:
-            given = f"the passphrase in ${env}" if env and self.current_passphrase() else "no passphrase"
-            raise SparkError(self.say(
-                f"cannot load ssh key {path} with {given}: {exc}; check the key file and the value of "
-                f"{env or '[spark] passphrase_env'}"
-            )) from None  # fmt: skip
+            given = (
+                f"the passphrase in ${env}"
+                if env and self.current_passphrase()
+                else "no passphrase"
+            )
+            raise SparkError(
+                self.say(
+                    f"cannot load ssh key {path} with {given}: {exc}; check the key file and the "
+                    "value of "
+                    f"{env or '[spark] passphrase_env'}"
+                )
+            ) from None
         self._key.append(key)
         return key
 
@@ -201,9 +219,10 @@ class _SshStream(_Stream):
                 if n == 0:
                     raise _Closed()
                 sent += n
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError from None
-        except (OSError, EOFError, paramiko.SSHException) as exc:  # "Socket is closed", a dead transport
+        # "Socket is closed", a dead transport
+        except (OSError, EOFError, paramiko.SSHException) as exc:
             raise _Closed() from exc
 
     def close_stdin(self) -> None:
@@ -217,7 +236,7 @@ class _SshStream(_Stream):
 
         try:
             return self.chan.recv(n)
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError from None
         except (OSError, EOFError, paramiko.SSHException):
             return b""  # the end of this stream; `wait` tells a lost connection from an exit
@@ -227,7 +246,7 @@ class _SshStream(_Stream):
 
         try:
             return self.chan.recv_stderr(n)
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError from None
         except (OSError, EOFError, paramiko.SSHException):
             return b""
@@ -240,8 +259,9 @@ class _SshStream(_Stream):
         transport = self.chan.get_transport()
         if transport is None or not transport.is_active():
             raise _Lost()  # closed without an exit status because the connection went away
-        # Closed without an exit status on a live connection: the remote shell itself was killed by a
-        # signal (sshd sends exit-signal, which paramiko does not report). ssh(1) says 255 then, too.
+        # Closed without an exit status on a live connection: the remote shell itself was killed by
+        # a signal (sshd sends exit-signal, which paramiko
+        # does not report). ssh(1) says 255 then, too.
         return 255
 
     def abort(self) -> None:
@@ -259,9 +279,11 @@ class _LocalStream(_Stream):
     """A local process's pipes, read and written by other threads (drains, feeders).
 
     `close()` must not free an fd while such a thread is in select() or read() on it: the number is
-    reused by the next pipe this process opens (a git subprocess's, say), and a select() sleeping on a
-    reused write end holds that pipe open, so its reader never sees EOF and hangs. So every use of an
-    fd is counted, `close()` wakes the users through a pipe of its own and waits for them to leave."""
+    reused by the next pipe this process opens (a git subprocess's, say), and a select() sleeping on
+    a reused write end holds that pipe open, so its
+    reader never sees EOF and hangs. So every use of an
+    fd is counted, `close()` wakes the users through
+    a pipe of its own and waits for them to leave."""
 
     _CLOSE_WAIT_S = 5.0
 
@@ -291,8 +313,12 @@ class _LocalStream(_Stream):
                 self._idle.notify_all()
 
     def _ready(self, fd: int, *, write: bool = False) -> None:
-        r, w, _ = select.select([self._wake_r] if write else [fd, self._wake_r], [fd] if write else [], [],
-                                self.timeout_s)  # fmt: skip
+        r, w, _ = select.select(
+            [self._wake_r] if write else [fd, self._wake_r],
+            [fd] if write else [],
+            [],
+            self.timeout_s,
+        )
         if self._wake_r in r:
             raise _Closed()
         if not (r or w):
@@ -313,7 +339,8 @@ class _LocalStream(_Stream):
 
     def close_stdin(self) -> None:
         assert self.proc.stdin
-        with self._idle:  # not while a feeder is writing to it (the feeder calls this when it is done)
+        # not while a feeder is writing to it (the feeder calls this when it is done)
+        with self._idle:
             if self._idle.wait_for(lambda: not self._users.get(self._in), self._CLOSE_WAIT_S):
                 with contextlib.suppress(OSError):
                     self.proc.stdin.close()
@@ -355,7 +382,9 @@ class _LocalStream(_Stream):
             self._closing = True
             os.write(self._wake_w, b"x")
             if not self._idle.wait_for(lambda: not any(self._users.values()), self._CLOSE_WAIT_S):
-                return  # a thread is stuck in a syscall on them: leak the fds rather than hand their numbers on
+                # a thread is stuck in a syscall on them: leak
+                # the fds rather than hand their numbers on
+                return
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError):
                 if pipe:
@@ -397,20 +426,28 @@ class _LocalTransport(_Transport):
     def open(self, script: str, *, timeout_s: float | None, bulk: bool = False) -> _Stream:
         if not self.root.is_dir():
             raise SparkError(
-                f"the node's root directory {self.root} does not exist; create it (the sandbox does: "
+                f"the node's root directory {self.root} does not exist; create it (the sandbox "
+                "does: "
                 "`lockstep sandbox up`) or fix `root` of this [[spark.nodes]] entry",
-                node=self.node.name, where=self.where,
-            )  # fmt: skip
+                node=self.node.name,
+                where=self.where,
+            )
         home = self.root / "home"
         home.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in self.hidden_env}
         env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
         env["HOME"] = str(home)
         proc = subprocess.Popen(
-            ["sh", "-c", _no_exec(script)], cwd=self.root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        if bulk:  # fewer, larger reads and writes (1 MiB pipes instead of 64 KiB), where Linux allows it
+            ["sh", "-c", _no_exec(script)],
+            cwd=self.root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        # fewer, larger reads and writes (1 MiB pipes instead of 64 KiB), where Linux allows it
+        if bulk:
             for pipe in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError, AttributeError):
                     fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, _CHUNK)  # type: ignore[union-attr]
@@ -423,7 +460,9 @@ def _transport_factory(sock: socket.socket, **kwargs: Any) -> paramiko.Transport
     transport = paramiko.Transport(sock, **kwargs)
     options = transport.get_security_options()
     offered = list(options.ciphers)
-    options.ciphers = [c for c in _CIPHERS if c in offered] + [c for c in offered if c not in _CIPHERS]
+    options.ciphers = [c for c in _CIPHERS if c in offered] + [
+        c for c in offered if c not in _CIPHERS
+    ]
     transport.packetizer.REKEY_BYTES = _REKEY_BYTES
     transport.packetizer.REKEY_PACKETS = _REKEY_PACKETS
     return transport
@@ -432,7 +471,9 @@ def _transport_factory(sock: socket.socket, **kwargs: Any) -> paramiko.Transport
 class _SshTransport(_Transport):
     def __init__(self, node: SparkNode, settings: TransportSettings) -> None:
         host = f"[{node.host}]" if ":" in node.host else node.host
-        super().__init__(node, settings, f"{node.user + '@' if node.user else ''}{host}:{node.port}")
+        super().__init__(
+            node, settings, f"{node.user + '@' if node.user else ''}{host}:{node.port}"
+        )
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
 
@@ -443,8 +484,10 @@ class _SshTransport(_Transport):
 
     def _silent(self, timeout: float) -> SparkError:
         return self._error(
-            f"no answer within {timeout:g}s ([spark] connect_timeout_s: connect, ssh banner, authentication); "
-            "is the node up and its sshd answering from here? Raise connect_timeout_s for a slow link",
+            f"no answer within {timeout:g}s ([spark] connect_timeout_s: connect, ssh banner, "
+            "authentication); "
+            "is the node up and its sshd answering from here? Raise connect_timeout_s for a slow "
+            "link",
             Unreachable,
         )
 
@@ -453,7 +496,10 @@ class _SshTransport(_Transport):
 
     def _keyscan(self) -> str:
         port = "" if self.node.port == 22 else f"-p {self.node.port} "
-        return f"ssh-keyscan {port}-t ed25519 {self.node.host} >> {shlex.quote(self.settings.known_hosts)}"
+        return (
+            f"ssh-keyscan {port}-t ed25519 {self.node.host} >> "
+            f"{shlex.quote(self.settings.known_hosts)}"
+        )
 
     def connect(self) -> paramiko.SSHClient:
         """A new authenticated connection (host key checked first: on a refusal nothing runs)."""
@@ -464,45 +510,64 @@ class _SshTransport(_Transport):
         known_hosts = Path(self.settings.known_hosts).expanduser()
         if not known_hosts.is_file():
             raise self._error(
-                f"known_hosts file {known_hosts} does not exist, so the node's host key cannot be checked; "
-                f"after confirming the fingerprint on the node (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` "
-                f"there), add it with `{self._keyscan()}`, or point [spark] known_hosts at the right file",
+                f"known_hosts file {known_hosts} does not exist, so the node's host key cannot "
+                "be checked; "
+                "after confirming the fingerprint on the node (`ssh-keygen -lf "
+                "/etc/ssh/ssh_host_ed25519_key.pub` "
+                f"there), add it with `{self._keyscan()}`, or point [spark] known_hosts at the "
+                "right file",
                 HostKeyRefused,
             )
         client = paramiko.SSHClient()
         try:
             client.load_host_keys(str(known_hosts))
         except (OSError, paramiko.SSHException) as exc:
-            raise self._error(f"cannot read known_hosts {known_hosts}: {exc}", HostKeyRefused) from None
+            raise self._error(
+                f"cannot read known_hosts {known_hosts}: {exc}", HostKeyRefused
+            ) from None
         client.set_missing_host_key_policy(_RefuseUnknownHost())
         pkey = self.settings.pkey()
         timeout = self.settings.connect_timeout_s
         started = time.monotonic()
         try:
             client.connect(
-                self.node.host, port=self.node.port, username=self.node.user or None, pkey=pkey,
-                allow_agent=pkey is None, look_for_keys=pkey is None,
+                self.node.host,
+                port=self.node.port,
+                username=self.node.user or None,
+                pkey=pkey,
+                allow_agent=pkey is None,
+                look_for_keys=pkey is None,
                 passphrase=self.settings.current_passphrase() if pkey is None else None,
-                timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                channel_timeout=timeout,
                 transport_factory=_transport_factory,
-            )  # fmt: skip
+            )
         except _UnknownHost as exc:
             client.close()
             raise self._error(
                 f"the host key it offered ({exc.key.get_name()} {exc.key.fingerprint}) is not in "
-                f"{known_hosts} under {self._known_hosts_name()}; refused — host keys are verified, never "
+                f"{known_hosts} under {self._known_hosts_name()}; refused — host keys are "
+                "verified, never "
                 "auto-added, and nothing was run. Check that fingerprint on the node itself "
-                f"(`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` there), then add it: `{self._keyscan()}`",
+                "(`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` there), then add it: "
+                f"`{self._keyscan()}`",
                 HostKeyRefused,
             ) from None
         except paramiko.BadHostKeyException as exc:
             client.close()
             raise self._error(
-                f"HOST KEY MISMATCH: it offered {exc.key.get_name()} {exc.key.fingerprint} but {known_hosts} "
-                f"has {exc.expected_key.get_name()} {exc.expected_key.fingerprint} for {self._known_hosts_name()}; "
-                "refused, nothing was run. The node was reinstalled — or something is in the middle. Confirm the "
-                "new fingerprint on the node's console (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then "
-                f"replace the entry: `ssh-keygen -R '{self._known_hosts_name()}' -f {shlex.quote(str(known_hosts))}` "
+                f"HOST KEY MISMATCH: it offered {exc.key.get_name()} {exc.key.fingerprint} but "
+                f"{known_hosts} "
+                f"has {exc.expected_key.get_name()} {exc.expected_key.fingerprint} for "
+                f"{self._known_hosts_name()}; "
+                "refused, nothing was run. The node was reinstalled — or something is in the "
+                "middle. Confirm the "
+                "new fingerprint on the node's console (`ssh-keygen -lf "
+                "/etc/ssh/ssh_host_ed25519_key.pub`), then "
+                f"replace the entry: `ssh-keygen -R '{self._known_hosts_name()}' -f "
+                f"{shlex.quote(str(known_hosts))}` "
                 f"and `{self._keyscan()}`",
                 HostKeyRefused,
             ) from None
@@ -510,22 +575,29 @@ class _SshTransport(_Transport):
             client.close()
             key = self.settings.key_path or "the agent's and ~/.ssh's keys"
             raise self._error(
-                f"authentication as {self.node.user or '(current user)'} failed with {key} ({exc}); add the public "
+                f"authentication as {self.node.user or '(current user)'} failed with {key} "
+                f"({exc}); add the public "
                 f"key to that user's ~/.ssh/authorized_keys on the node"
-                + (f" (`ssh-copy-id -i {self.settings.key_path}.pub -p {self.node.port} "
-                   f"{self.node.user or 'USER'}@{self.node.host}`)" if self.settings.key_path else "")
-            ) from None  # fmt: skip
-        except (TimeoutError, socket.timeout):
+                + (
+                    f" (`ssh-copy-id -i {self.settings.key_path}.pub -p {self.node.port} "
+                    f"{self.node.user or 'USER'}@{self.node.host}`)"
+                    if self.settings.key_path
+                    else ""
+                )
+            ) from None
+        except TimeoutError:
             client.close()
             raise self._silent(timeout) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
             if time.monotonic() - started >= timeout:
-                # A server that accepts and never sends its banner ends in paramiko's banner timeout, which
-                # surfaces as "Error reading SSH protocol banner" or "No existing session": it was silence.
+                # A server that accepts and never sends its banner ends in paramiko's banner
+                # timeout, which surfaces as "Error reading SSH protocol banner"
+                # or "No existing session": it was silence.
                 raise self._silent(timeout) from None
             raise self._error(
-                f"cannot connect: {exc or type(exc).__name__}; is the node up, sshd listening on port "
+                f"cannot connect: {exc or type(exc).__name__}; is the node up, sshd listening on "
+                "port "
                 f"{self.node.port}, and the host/port in [[spark.nodes]] right?",
                 Unreachable,
             ) from None
@@ -564,9 +636,10 @@ class _SshTransport(_Transport):
             if transport is None or not transport.is_active():
                 raise EOFError("connection is not active")
             chan = transport.open_session(
-                window_size=_WINDOW if bulk else None, max_packet_size=_MAX_PACKET if bulk else None,
+                window_size=_WINDOW if bulk else None,
+                max_packet_size=_MAX_PACKET if bulk else None,
                 timeout=self.settings.connect_timeout_s,
-            )  # fmt: skip
+            )
         except (paramiko.SSHException, OSError, EOFError) as exc:
             # Nothing was sent: the connection was dead already. Forget it; the caller may retry.
             self._drop(client)
@@ -577,7 +650,10 @@ class _SshTransport(_Transport):
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._drop(client)
             raise self._error(
-                f"the connection dropped while starting a command ({exc}); it may or may not have started",
+                (
+                    f"the connection dropped while starting a command ({exc}); it may or may "
+                    "not have started"
+                ),
                 ConnectionLost,
             ) from None
         return _SshStream(chan, owned=client if bulk else None)

@@ -1,9 +1,9 @@
 """harbor's in-tree PEP 517 build backend (lockstep sandbox): a pure-python wheel, stdlib only.
 
-The sandbox's harbor is installed by uv from git, inside a build container with no package index; with
-``[build-system] requires = []`` and this backend (``backend-path = ["."]``) nothing has to be fetched
-to build it. It writes a PEP 427 wheel of the ``harbor`` package (PEP 517 ``build_wheel``) and a
-``.pth`` editable wheel (PEP 660 ``build_editable``, which ``uv pip install -e`` asks for).
+The sandbox's harbor is installed by uv from git, inside a build container with no package index;
+with ``[build-system] requires = []`` and this backend (``backend-path = ["."]``) nothing has to be
+fetched to build it. It writes a PEP 427 wheel of the ``harbor`` package (PEP 517 ``build_wheel``)
+and a ``.pth`` editable wheel (PEP 660 ``build_editable``, which ``uv pip install -e`` asks for).
 """
 
 import base64
@@ -30,14 +30,20 @@ def _wheel(directory, files):
     files = {
         **files,
         f"{dist_info}/METADATA": ("\n".join(metadata) + "\n").encode(),
-        f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: backend\nRoot-Is-Purelib: true\nTag: {TAG}\n".encode(),
+        f"{dist_info}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: backend\nRoot-Is-Purelib: true\nTag: {TAG}\n"
+        ).encode(),
     }
     filename = f"{name}-{version}-{TAG}.whl"
     record = []
     with zipfile.ZipFile(os.path.join(directory, filename), "w", zipfile.ZIP_DEFLATED) as wheel:
         for arcname in sorted(files):
             wheel.writestr(zipfile.ZipInfo(arcname, EPOCH), files[arcname])
-            digest = base64.urlsafe_b64encode(hashlib.sha256(files[arcname]).digest()).rstrip(b"=").decode()
+            digest = (
+                base64.urlsafe_b64encode(hashlib.sha256(files[arcname]).digest())
+                .rstrip(b"=")
+                .decode()
+            )
             record.append(f"{arcname},sha256={digest},{len(files[arcname])}")
         record.append(f"{dist_info}/RECORD,,")
         wheel.writestr(zipfile.ZipInfo(f"{dist_info}/RECORD", EPOCH), "\n".join(record) + "\n")
@@ -53,7 +59,10 @@ def get_requires_for_build_editable(config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _wheel(wheel_directory, {p.as_posix(): p.read_bytes() for p in sorted(Path("harbor").rglob("*.py"))})
+    return _wheel(
+        wheel_directory,
+        {p.as_posix(): p.read_bytes() for p in sorted(Path("harbor").rglob("*.py"))},
+    )
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):

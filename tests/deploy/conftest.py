@@ -16,14 +16,16 @@ from tests.support.postgres_server import (
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL on 127.0.0.1 (host, port, user, db, url); `fresh_database()` gives a test its own database."""
+    """A PostgreSQL on 127.0.0.1 (host, port, user, db, url);
+    `fresh_database()` gives a test its own database."""
     server: PostgresServer | None = None
     missing = ""
     try:
         server = start_postgres()
     except PostgresNotInstalled as exc:
         missing = str(exc)
-    if server is None:  # failed outside the except block: the report is that one line, not a chained traceback
+    # failed outside the except block: the report is that one line, not a chained traceback
+    if server is None:
         pytest.fail(missing, pytrace=False)
     try:
         yield server

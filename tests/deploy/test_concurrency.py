@@ -1,12 +1,13 @@
 """Concurrency with the daemon running against a real instance: builds on one DGX node and moves of
 `:tpu` are serialized by the instance's pools, not by luck.
 
-The instance has production's QueuedRunCoordinator and concurrency blocks (deploy/docker/dagster.yaml:
-pools at run granularity, default limit 1) on a real Postgres the test session starts. Two
-revs are adopted and one TPU build is verified in-process on that instance; then `dagster dev` (webserver +
-daemon, sensors stopped) is started on it, and two `build_jovian_rev` runs for the same build node and
-two `promote_tpu` runs are submitted through Dagster's GraphQL client, as the UI would. The runs'
-start and end times, read back from the instance, must not overlap within each pair.
+The instance has production's QueuedRunCoordinator and concurrency blocks
+(deploy/docker/dagster.yaml: pools at run granularity, default limit 1) on a real Postgres the test
+session starts. Two revs are adopted and one TPU build is verified in-process on that instance; then
+`dagster dev` (webserver + daemon, sensors stopped) is started on it, and two `build_jovian_rev`
+runs for the same build node and two `promote_tpu` runs are submitted through Dagster's GraphQL
+client, as the UI would. The runs' start and end times, read back from
+the instance, must not overlap within each pair.
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ RUN_TIMEOUT_S = 300.0
 
 
 @pytest.fixture
-def home(sb: Sandbox, tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A DAGSTER_HOME with production's instance config (deploy/docker/dagster.yaml: Postgres storage, queue
-    and pool rules) on a real Postgres; runs are local processes (no Docker engine here). The
-    `DAGSTER_POSTGRES_*` it reads are set here, so the in-process instance and every process this test
+def home(
+    sb: Sandbox, tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """A DAGSTER_HOME with production's instance config (deploy/docker/dagster.yaml: Postgres
+    storage, queue and pool rules) on a real Postgres; runs are local processes (no Docker engine
+    here). The `DAGSTER_POSTGRES_*` it reads are set here, so the
+    in-process instance and every process this test
     starts (dagster dev, lockstep pools) see them."""
     home = tmp_path / "dagster_home"
     for name, value in write_production_home(home, postgres.fresh_database("concurrency")).items():
@@ -59,9 +63,19 @@ def home(sb: Sandbox, tmp_path: Path, postgres: PostgresServer, monkeypatch: pyt
 
 
 def test_the_demo_queues_with_the_production_pool_rules() -> None:
-    demo, production = (yaml.safe_load(p.read_text(encoding="utf-8")) for p in (DEMO_YAML, PRODUCTION_YAML))
-    assert demo["concurrency"]["pools"] == production["concurrency"]["pools"] == {"granularity": "run", "default_limit": 1}
-    assert demo["run_coordinator"]["class"] == production["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    demo, production = (
+        yaml.safe_load(p.read_text(encoding="utf-8")) for p in (DEMO_YAML, PRODUCTION_YAML)
+    )
+    assert (
+        demo["concurrency"]["pools"]
+        == production["concurrency"]["pools"]
+        == {"granularity": "run", "default_limit": 1}
+    )
+    assert (
+        demo["run_coordinator"]["class"]
+        == production["run_coordinator"]["class"]
+        == "QueuedRunCoordinator"
+    )
 
 
 @pytest.fixture
@@ -72,24 +86,55 @@ def instance(home: Path, sb: Sandbox) -> Iterator[dg.DagsterInstance]:
 
 
 def start_ui(sb: Sandbox, home: Path, tmp_path: Path) -> Demo:
-    """`dagster dev` on the prepared instance; sensors stay STOPPED (no LOCKSTEP_SENSORS_RUNNING), so the
+    """`dagster dev` on the prepared instance; sensors
+    stay STOPPED (no LOCKSTEP_SENSORS_RUNNING), so the
     only runs are the ones this test submits."""
     env = {k: v for k, v in os.environ.items() if k != "LOCKSTEP_SENSORS_RUNNING"}
-    env |= {"DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(sb.site_file), "LOCKSTEP_CACHE": str(sb.root / "cache")}
+    env |= {
+        "DAGSTER_HOME": str(home),
+        "LOCKSTEP_SITE": str(sb.site_file),
+        "LOCKSTEP_CACHE": str(sb.root / "cache"),
+    }
     port = free_port()
-    argv = [sys.executable, "-m", "dagster", "dev", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)]
-    return start_process(argv, url=f"http://127.0.0.1:{port}", sandbox=sb, log=tmp_path / "dagster-dev.log", env=env)
+    argv = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(ROOT / "workspace.yaml"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
+    return start_process(
+        argv, url=f"http://127.0.0.1:{port}", sandbox=sb, log=tmp_path / "dagster-dev.log", env=env
+    )
 
 
-def wait_finished(instance: dg.DagsterInstance, run_ids: list[str], demo: Demo) -> dict[str, dg.RunRecord]:
+def wait_finished(
+    instance: dg.DagsterInstance, run_ids: list[str], demo: Demo
+) -> dict[str, dg.RunRecord]:
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while time.monotonic() < deadline:
-        records = {r.dagster_run.run_id: r for r in instance.get_run_records(dg.RunsFilter(run_ids=run_ids))}
-        if len(records) == len(run_ids) and all(r.dagster_run.is_finished for r in records.values()):
+        records = {
+            r.dagster_run.run_id: r
+            for r in instance.get_run_records(dg.RunsFilter(run_ids=run_ids))
+        }
+        if len(records) == len(run_ids) and all(
+            r.dagster_run.is_finished for r in records.values()
+        ):
             return records
         time.sleep(1)
-    states = {r.dagster_run.run_id[:8]: r.dagster_run.status.value for r in instance.get_run_records(dg.RunsFilter(run_ids=run_ids))}
-    pytest.fail(f"runs not finished within {RUN_TIMEOUT_S:.0f} s: {states}; dagster dev log:\n{demo.log_tail()}")
+    states = {
+        r.dagster_run.run_id[:8]: r.dagster_run.status.value
+        for r in instance.get_run_records(dg.RunsFilter(run_ids=run_ids))
+    }
+    pytest.fail(
+        f"runs not finished within {RUN_TIMEOUT_S:.0f} s: {states}; dagster dev "
+        f"log:\n{demo.log_tail()}"
+    )
 
 
 def window(record: dg.RunRecord) -> tuple[float, float]:
@@ -98,13 +143,23 @@ def window(record: dg.RunRecord) -> tuple[float, float]:
 
 
 def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
-    failures = [e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_failure]
-    return "\n".join(str(e.dagster_event.step_failure_data.error.cause or e.dagster_event.step_failure_data.error)  # type: ignore[union-attr]
-                     for e in failures)
+    failures = [
+        e for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_failure
+    ]
+    return "\n".join(
+        str(
+            e.dagster_event.step_failure_data.error.cause or e.dagster_event.step_failure_data.error
+        )  # type: ignore[union-attr]
+        for e in failures
+    )
 
 
 def test_builds_on_one_node_and_tag_moves_never_overlap_under_the_daemon(
-    sb: Sandbox, resources: dict[str, object], home: Path, instance: dg.DagsterInstance, tmp_path: Path
+    sb: Sandbox,
+    resources: dict[str, object],
+    home: Path,
+    instance: dg.DagsterInstance,
+    tmp_path: Path,
 ) -> None:
     assert type(instance.run_storage).__name__ == "PostgresRunStorage"
     # Prepared in-process on the same instance: one verified TPU build, two adopted lab revs.
@@ -122,18 +177,36 @@ def test_builds_on_one_node_and_tag_moves_never_overlap_under_the_daemon(
     # The README's step: `lockstep pools --apply` sets every pool the site needs, explicitly. (The
     # instance's default_limit alone leaves a window in Dagster 1.13 — see lockstep/pools.py.)
     env = {**os.environ, "DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(sb.site_file)}
-    done = subprocess.run([str(lockstep_command()), "pools", "--apply", "--iris-builds", "2"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(lockstep_command()), "pools", "--apply", "--iris-builds", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert {p.name: p.limit for p in instance.event_log_storage.get_pool_limits()} == {
-        node_pool(BUILD_NODE): 1, "tag_moves": 1, "iris_builds": 2}
+        node_pool(BUILD_NODE): 1,
+        "tag_moves": 1,
+        "iris_builds": 2,
+    }
 
     demo = start_ui(sb, home, tmp_path)
     try:
         client = DagsterGraphQLClient("127.0.0.1", port_number=int(demo.url.rsplit(":", 1)[1]))
-        builds = [client.submit_job_execution("build_jovian_rev", repository_location_name="jovian",
-                                              tags={"dagster/partition": rev}) for rev in ("r28", "r29")]  # fmt: skip
-        moves = [client.submit_job_execution("promote_tpu", repository_location_name="tpu") for _ in range(2)]
+        builds = [
+            client.submit_job_execution(
+                "build_jovian_rev",
+                repository_location_name="jovian",
+                tags={"dagster/partition": rev},
+            )
+            for rev in ("r28", "r29")
+        ]
+        moves = [
+            client.submit_job_execution("promote_tpu", repository_location_name="tpu")
+            for _ in range(2)
+        ]
         records = wait_finished(instance, builds + moves, demo)
     finally:
         stop_demo(demo)
@@ -143,11 +216,14 @@ def test_builds_on_one_node_and_tag_moves_never_overlap_under_the_daemon(
     for run_id in builds:
         run = records[run_id].dagster_run
         assert run.status == dg.DagsterRunStatus.SUCCESS, run_error(instance, run_id)
-        assert pool in (run.run_op_concurrency.all_pools if run.run_op_concurrency else set()), run.run_op_concurrency
+        assert pool in (run.run_op_concurrency.all_pools if run.run_op_concurrency else set()), (
+            run.run_op_concurrency
+        )
     (s1, e1), (s2, e2) = sorted(window(records[r]) for r in builds)
     assert e1 <= s2, f"builds on {BUILD_NODE} overlapped: {s1:.1f}-{e1:.1f} and {s2:.1f}-{e2:.1f}"
 
-    # The two promotions: one moved :tpu; the other started only after it ended, saw the move and refused.
+    # The two promotions: one moved :tpu; the other started
+    # only after it ended, saw the move and refused.
     ordered = sorted(moves, key=lambda r: window(records[r])[0])
     (s1, e1), (s2, e2) = (window(records[r]) for r in ordered)
     assert e1 <= s2, f"promotions overlapped: {s1:.1f}-{e1:.1f} and {s2:.1f}-{e2:.1f}"

@@ -4,9 +4,10 @@
    helm_schema/, see its README), with a small validator since `jsonschema` is not a dependency.
 2. The dagster.yaml the chart would render from them (reproduced below from the chart's
    templates/configmap-instance.yaml and templates/helpers/instance/*.tpl, for the parts we set) is
-   accepted by Dagster's own instance schema, each configurable class accepts its section, and a real
-   instance built from it reads our concurrency, monitoring, retry and retention settings back.
-3. The Kubernetes Job that a real K8sRunLauncher creates for a `build_jovian_rev` (and a `build_tpu`)
+   accepted by Dagster's own instance schema, each configurable class accepts its section, and a
+   real instance built from it reads our concurrency, monitoring, retry and retention settings back.
+3. The Kubernetes Job that a real K8sRunLauncher
+   creates for a `build_jovian_rev` (and a `build_tpu`)
    run, with the code location's container context built as the chart's user-deployments subchart
    builds it: image, run-worker args, env from Secrets only, resources, labels.
 4. The Dockerfile: frozen lock, no dev tools, non-root, no secrets, the gRPC port the chart uses.
@@ -52,9 +53,9 @@ from tests.support.deploy.k8s_chart import (
 from tpu_assets.definitions import defs as tpu_defs
 
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
-# Jobs the daemon must never re-run on its own: they move tags, or restart an hours-long build and file
-# a second bench report. (relock_harbor may be retried: it fetches, checks and pushes fast-forward only,
-# and a re-lock at the tip pushes nothing.)
+# Jobs the daemon must never re-run on its own: they move tags, or restart an hours-long build and
+# file a second bench report. (relock_harbor may be retried: it fetches, checks and pushes
+# fast-forward only, and a re-lock at the tip pushes nothing.)
 NON_IDEMPOTENT_JOBS = {
     "tpu": ("promote_tpu", "rollback_tpu", "release_tpu_hold"),
     "jovian": ("build_jovian_rev",),
@@ -68,31 +69,45 @@ FAKE_SECRETS = {
     "DAGSTER_PG_PASSWORD": "fake-postgres-password-93ab",
 }
 # What every run and code server is given inline (values.yaml `x-lockstep-env`; never a secret).
-RUN_ENV = ("LOCKSTEP_SITE", "LOCKSTEP_CACHE", "LOCKSTEP_DEPLOYMENT", "KUBECONFIG", "GIT_SSH_COMMAND")
+RUN_ENV = (
+    "LOCKSTEP_SITE",
+    "LOCKSTEP_CACHE",
+    "LOCKSTEP_DEPLOYMENT",
+    "KUBECONFIG",
+    "GIT_SSH_COMMAND",
+)
 FAKE_SSH_KEY = (
-    "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKEFAKEFAKEb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKEFAKEFAKEb3BlbnNzaC1rZXktdjEAAAA\n-----END "
+    "OPENSSH PRIVATE KEY-----\n"
 )
 
 
 # ---- 1. the chart's values schema ---------------------------------------------------------------
 
+
 class ValuesSchema:
-    """The chart's values schema, checked with jsonschema, adapted the way `helm install` applies it:
-    Helm validates our values MERGED over the chart's defaults, whose maps supply every required key,
-    so `required` holds only inside list items (a list we give replaces the chart's whole) — each
-    `$defs` entry gets an in-item twin that keeps it; and the refs to kubernetesjsonschema.dev are
+    """The chart's values schema, checked with jsonschema, adapted the way `helm install` applies
+    it: Helm validates our values MERGED over the chart's defaults, whose maps supply every required
+    key, so `required` holds only inside list items (a list we give replaces the chart's whole) —
+    each `$defs` entry gets an in-item twin that keeps
+    it; and the refs to kubernetesjsonschema.dev are
     dropped (offline; their sibling `type` still holds)."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.root = schema
-        adapted = _as_helm_applies_it({k: v for k, v in schema.items() if k != "$defs"}, in_item=False)
+        adapted = _as_helm_applies_it(
+            {k: v for k, v in schema.items() if k != "$defs"}, in_item=False
+        )
         defs = schema.get("$defs", {})
-        adapted["$defs"] = {name: _as_helm_applies_it(d, in_item=False) for name, d in defs.items()} | {
-            f"{name}__item": _as_helm_applies_it(d, in_item=True) for name, d in defs.items()}
+        adapted["$defs"] = {
+            name: _as_helm_applies_it(d, in_item=False) for name, d in defs.items()
+        } | {f"{name}__item": _as_helm_applies_it(d, in_item=True) for name, d in defs.items()}
         self._validator = jsonschema.Draft202012Validator(adapted)
 
     def errors(self, value: Any) -> list[str]:
-        return [f"{_path(e)}: {e.message}" for e in map(_deepest, self._validator.iter_errors(value))]
+        return [
+            f"{_path(e)}: {e.message}" for e in map(_deepest, self._validator.iter_errors(value))
+        ]
 
 
 def _as_helm_applies_it(schema: Any, *, in_item: bool) -> Any:
@@ -125,9 +140,13 @@ def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
 
 def _path(error: jsonschema.ValidationError) -> str:
     """`values.a.b[1].c`, naming the offending key itself for unknown-key and missing-key errors."""
-    path = "values" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    path = "values" + "".join(
+        f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path
+    )
     if error.validator == "additionalProperties":
-        path += "." + ",".join(sorted(set(error.instance) - set(error.schema.get("properties", {}))))
+        path += "." + ",".join(
+            sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        )
     elif error.validator == "required":
         path += "." + str(error.message).split("'")[1]
     return path
@@ -147,18 +166,35 @@ def test_values_validate_against_the_chart_schema(chart_schema: ValuesSchema) ->
     assert not unknown, f"top-level keys the chart does not read: {sorted(unknown)}"
 
 
-
 @pytest.mark.parametrize(
     ("mistake", "expected"),
     [
-        (lambda v: v["dagsterDaemon"].update(runRetry={"enabled": True}), "values.dagsterDaemon.runRetry"),
+        (
+            lambda v: v["dagsterDaemon"].update(runRetry={"enabled": True}),
+            "values.dagsterDaemon.runRetry",
+        ),
         (lambda v: v["runLauncher"].update(type="K8sRunLaunchr"), "values.runLauncher.type"),
-        (lambda v: v["runLauncher"]["config"]["k8sRunLauncher"].update(envSecret=[]), "k8sRunLauncher.envSecret"),
-        (lambda v: deployment(v, "jovian").pop("port"), "deployments[1].port: 'port' is a required property"),
-        (lambda v: deployment(v, "tpu")["image"].update(pullPolicy="Sometimes"), "deployments[0].image.pullPolicy"),
-        (lambda v: v["concurrency"]["pools"].update(defaultLimit="1"), "values.concurrency.pools.defaultLimit"),
+        (
+            lambda v: v["runLauncher"]["config"]["k8sRunLauncher"].update(envSecret=[]),
+            "k8sRunLauncher.envSecret",
+        ),
+        (
+            lambda v: deployment(v, "jovian").pop("port"),
+            "deployments[1].port: 'port' is a required property",
+        ),
+        (
+            lambda v: deployment(v, "tpu")["image"].update(pullPolicy="Sometimes"),
+            "deployments[0].image.pullPolicy",
+        ),
+        (
+            lambda v: v["concurrency"]["pools"].update(defaultLimit="1"),
+            "values.concurrency.pools.defaultLimit",
+        ),
         (lambda v: v["concurrency"].update(pool={}), "values.concurrency.pool"),
-        (lambda v: v["retention"]["sensor"]["purgeAfterDays"].update(skiped=7), "retention.sensor.purgeAfterDays"),
+        (
+            lambda v: v["retention"]["sensor"]["purgeAfterDays"].update(skiped=7),
+            "retention.sensor.purgeAfterDays",
+        ),
     ],
 )
 def test_the_schema_check_catches_mistakes(
@@ -166,12 +202,12 @@ def test_the_schema_check_catches_mistakes(
 ) -> None:
     values = load_values()
     mistake(values)
-    assert any(expected in error for error in chart_schema.errors(values)), chart_schema.errors(values)
+    assert any(expected in error for error in chart_schema.errors(values)), chart_schema.errors(
+        values
+    )
 
 
-# ---- 2. the instance config the chart renders -----------------------------------------------------
-
-
+# ---- 2. the instance config the chart renders ----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -185,12 +221,20 @@ def instance_dir(rendered: dict[str, Any], tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_rendered_instance_is_valid_dagster_config(rendered: dict[str, Any], instance_dir: Path) -> None:
+def test_rendered_instance_is_valid_dagster_config(
+    rendered: dict[str, Any], instance_dir: Path
+) -> None:
     # The same load (schema + concurrency rules) the daemon, webserver and every run worker do.
     dagster_instance_config(str(instance_dir))
-    for section in ("run_storage", "event_log_storage", "schedule_storage", "run_coordinator", "run_launcher"):
-        # The class as the instance resolves it (module aliases included), its config checked without
-        # building it (the storages would connect to PostgreSQL).
+    for section in (
+        "run_storage",
+        "event_log_storage",
+        "schedule_storage",
+        "run_coordinator",
+        "run_launcher",
+    ):
+        # The class as the instance resolves it (module aliases included), its config checked
+        # without building it (the storages would connect to PostgreSQL).
         data = ConfigurableClassData(rendered[section]["module"], rendered[section]["class"], "{}")
         klass = class_from_code_pointer(data.module_name, data.class_name)
         result = validate_config(klass.config_type(), rendered[section].get("config", {}))  # type: ignore[attr-defined]
@@ -198,18 +242,28 @@ def test_rendered_instance_is_valid_dagster_config(rendered: dict[str, Any], ins
     assert rendered["run_launcher"]["class"] == "K8sRunLauncher"
     launcher = validate_config(K8sRunLauncher.config_type(), rendered["run_launcher"]["config"])
     assert launcher.success, [e.message for e in launcher.errors]
-    # The PostgreSQL password reaches the instance only as a reference to the chart's secret env var.
-    assert rendered["run_storage"]["config"]["postgres_db"]["password"] == {"env": "DAGSTER_PG_PASSWORD"}
+    # The PostgreSQL password reaches the instance only
+    # as a reference to the chart's secret env var.
+    assert rendered["run_storage"]["config"]["postgres_db"]["password"] == {
+        "env": "DAGSTER_PG_PASSWORD"
+    }
 
 
 def test_runs_use_the_default_executor() -> None:
     """One run = one Kubernetes Job: the per-location resources and the pools count whole runs. A
     k8s_job_executor would put each step in its own pod, outside both."""
-    for defs, job_name in ((jovian_defs, "build_jovian_rev"), (tpu_defs, "build_tpu"), (tpu_defs, "relock_harbor")):
+    for defs, job_name in (
+        (jovian_defs, "build_jovian_rev"),
+        (tpu_defs, "build_tpu"),
+        (tpu_defs, "relock_harbor"),
+    ):
         # The run config a sensor or the launchpad sends (none), validated and defaulted by Dagster.
         execution = dg.validate_run_config(defs.resolve_job_def(job_name), {})["execution"]
         assert list(execution) == ["multi_or_in_process_executor"], (job_name, execution)
-        assert list(execution["multi_or_in_process_executor"]) == ["multiprocess"], (job_name, execution)
+        assert list(execution["multi_or_in_process_executor"]) == ["multiprocess"], (
+            job_name,
+            execution,
+        )
 
 
 @pytest.fixture
@@ -225,7 +279,8 @@ def instance(rendered: dict[str, Any]) -> Iterator[dg.DagsterInstance]:
 def test_instance_reads_our_settings_back(instance: dg.DagsterInstance) -> None:
     concurrency = instance.get_concurrency_config()
     assert concurrency.pool_config.pool_granularity == PoolGranularity.RUN
-    assert concurrency.pool_config.default_pool_limit == 1  # tag_moves and every spark_node/<node> pool
+    # tag_moves and every spark_node/<node> pool
+    assert concurrency.pool_config.default_pool_limit == 1
     assert concurrency.run_queue_config is not None
     assert concurrency.run_queue_config.max_concurrent_runs == 10
     assert instance.run_monitoring_enabled
@@ -234,21 +289,32 @@ def test_instance_reads_our_settings_back(instance: dg.DagsterInstance) -> None:
     assert instance.run_monitoring_max_runtime_seconds == 12 * 3600
     assert instance.run_monitoring_max_resume_run_attempts == 0
     assert instance.get_tick_retention_settings(InstigatorType.SENSOR) == {
-        TickStatus.SKIPPED: 7, TickStatus.FAILURE: 30, TickStatus.SUCCESS: -1, TickStatus.STARTED: -1,
+        TickStatus.SKIPPED: 7,
+        TickStatus.FAILURE: 30,
+        TickStatus.SUCCESS: -1,
+        TickStatus.STARTED: -1,
     }
 
 
-def test_run_retries_only_after_a_crash_and_never_for_opted_out_jobs(instance: dg.DagsterInstance) -> None:
+def test_run_retries_only_after_a_crash_and_never_for_opted_out_jobs(
+    instance: dg.DagsterInstance,
+) -> None:
     def failed(defs: dg.Definitions, job_name: str) -> dg.DagsterRun:
         # A run carries its job's tags, as when a sensor or the launchpad starts it.
         tags = defs.resolve_job_def(job_name).tags
-        return create_run_for_test(instance, job_name=job_name, status=DagsterRunStatus.FAILURE, tags=tags)
+        return create_run_for_test(
+            instance, job_name=job_name, status=DagsterRunStatus.FAILURE, tags=tags
+        )
 
     crashed = RunFailureReason.UNEXPECTED_TERMINATION
     assert auto_reexecution_should_retry_run(instance, failed(tpu_defs, "build_tpu"), crashed)
-    assert not auto_reexecution_should_retry_run(instance, failed(tpu_defs, "build_tpu"), RunFailureReason.STEP_FAILURE)
+    assert not auto_reexecution_should_retry_run(
+        instance, failed(tpu_defs, "build_tpu"), RunFailureReason.STEP_FAILURE
+    )
     assert not auto_reexecution_should_retry_run(instance, failed(tpu_defs, "promote_tpu"), crashed)
-    assert not auto_reexecution_should_retry_run(instance, failed(jovian_defs, "build_jovian_rev"), crashed)
+    assert not auto_reexecution_should_retry_run(
+        instance, failed(jovian_defs, "build_jovian_rev"), crashed
+    )
 
 
 def test_non_idempotent_jobs_opt_out_of_run_retries() -> None:
@@ -258,11 +324,12 @@ def test_non_idempotent_jobs_opt_out_of_run_retries() -> None:
             assert defs.resolve_job_def(name).tags.get("dagster/max_retries") == "0", name
 
 
-# ---- 3. the run worker Job --------------------------------------------------------------------------
+# ---- 3. the run worker Job -----------------------------------------------------------------------
 
 
-
-@pytest.mark.parametrize(("location", "job_name"), [("jovian", "build_jovian_rev"), ("tpu", "build_tpu")])
+@pytest.mark.parametrize(
+    ("location", "job_name"), [("jovian", "build_jovian_rev"), ("tpu", "build_tpu")]
+)
 def test_run_worker_job(
     location: str,
     job_name: str,
@@ -278,21 +345,35 @@ def test_run_worker_job(
     for name, value in FAKE_SECRETS.items():
         monkeypatch.setenv(name, value)
 
-    # The job's own tags ride on every run (a `dagster-k8s/config` tag there would beat values.yaml).
+    # The job's own tags ride on every run (a
+    # `dagster-k8s/config` tag there would beat values.yaml).
     defs = {"tpu": tpu_defs, "jovian": jovian_defs}[location]
     partition = {"tpu": "0" * 40, "jovian": "r35"}[location]
-    run = run_for_location(values, instance, location=location, job_name=job_name,
-                           tags={**defs.resolve_job_def(job_name).tags, "dagster/partition": partition})
+    run = run_for_location(
+        values,
+        instance,
+        location=location,
+        job_name=job_name,
+        tags={**defs.resolve_job_def(job_name).tags, "dagster/partition": partition},
+    )
     # A real K8sRunLauncher from the rendered config. Run workers get the production instance
     # (PostgreSQL) by reference, not the test's SQLite one.
-    manifest = launch_run_job(run=run, instance=instance, instance_ref=InstanceRef.from_dir(str(instance_dir)),
-                              launcher_config=rendered["run_launcher"]["config"])
+    manifest = launch_run_job(
+        run=run,
+        instance=instance,
+        instance_ref=InstanceRef.from_dir(str(instance_dir)),
+        launcher_config=rendered["run_launcher"]["config"],
+    )
     text = json.dumps(manifest)
     pod = manifest["spec"]["template"]
     container = pod["spec"]["containers"][0]
 
     # Nothing secret inline, anywhere: not in env, args (the instance ref), labels or annotations.
-    leaked = [s[:8] for s in (*FAKE_SECRETS.values(), FAKE_SSH_KEY, FAKE_SSH_KEY.splitlines()[1]) if s in text]
+    leaked = [
+        s[:8]
+        for s in (*FAKE_SECRETS.values(), FAKE_SSH_KEY, FAKE_SSH_KEY.splitlines()[1])
+        if s in text
+    ]
     assert not leaked, f"secret values inline in the Job (starting {leaked})"
     assert manifest["spec"]["backoffLimit"] == 0  # only Dagster decides whether a run goes again
 
@@ -303,28 +384,40 @@ def test_run_worker_job(
     assert args.job_origin.job_name == job_name
     assert args.job_origin.repository_origin.code_pointer.module == module_of(location)
     storage_yaml = args.instance_ref.storage_data.config_yaml
-    assert values["postgresql"]["postgresqlHost"] in storage_yaml and "DAGSTER_PG_PASSWORD" in storage_yaml
+    assert (
+        values["postgresql"]["postgresqlHost"] in storage_yaml
+        and "DAGSTER_PG_PASSWORD" in storage_yaml
+    )
 
     env = {e["name"]: e for e in container["env"]}
     assert len(env) == len(container["env"]), "an env var set twice"
     inline = {name for name, e in env.items() if "value" in e}
     assert inline <= {"DAGSTER_RUN_JOB_NAME", "DAGSTER_HOME", *RUN_ENV}, inline
     assert env["DAGSTER_PG_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
-        "name": values["global"]["postgresqlSecretName"], "key": "postgresql-password",
+        "name": values["global"]["postgresqlSecretName"],
+        "key": "postgresql-password",
     }
     assert not set(FAKE_SECRETS) & inline
     env_from = container["envFrom"]
     assert {"secretRef": {"name": "lockstep-secrets"}} in env_from
     assert env_from.count({"secretRef": {"name": "lockstep-secrets"}}) == 1
-    assert any(ref.get("configMapRef", {}).get("name", "").endswith(f"-{location}-user-env") for ref in env_from)
+    assert any(
+        ref.get("configMapRef", {}).get("name", "").endswith(f"-{location}-user-env")
+        for ref in env_from
+    )
 
-    # The site file, the SSH key and the kubeconfig arrive as files, the shared claim as two directories;
-    # each volume and each mount once (launcher and location hand the same lists; dagster-k8s dedupes).
+    # The site file, the SSH key and the kubeconfig arrive as files, the shared claim as two
+    # directories; each volume and each mount once (launcher and
+    # location hand the same lists; dagster-k8s dedupes).
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert len(volumes) == len(pod["spec"]["volumes"])
     assert volumes["lockstep-site"]["configMap"]["name"] == "lockstep-site"
     assert volumes["lockstep-ssh"]["secret"]["secretName"] == "lockstep-ssh"
-    assert volumes["lockstep-kube"]["secret"] == {"secretName": "lockstep-kube", "defaultMode": 0o440, "optional": True}
+    assert volumes["lockstep-kube"]["secret"] == {
+        "secretName": "lockstep-kube",
+        "defaultMode": 0o440,
+        "optional": True,
+    }
     assert volumes["lockstep-shared"]["persistentVolumeClaim"] == {"claimName": "lockstep-shared"}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert len(mounts) == len(container["volumeMounts"])
@@ -335,11 +428,16 @@ def test_run_worker_job(
     assert env["KUBECONFIG"]["value"] == f"{mounts['/etc/lockstep/kube']['mountPath']}/config"
     assert mounts["/etc/lockstep/kube"]["name"] == "lockstep-kube"
     assert env["LOCKSTEP_DEPLOYMENT"]["value"] == "kubernetes"
-    # What runs share: the IO manager's storage under the instance's DAGSTER_HOME, and LOCKSTEP_CACHE.
+    # What runs share: the IO manager's storage under
+    # the instance's DAGSTER_HOME, and LOCKSTEP_CACHE.
     storage = mounts[f"{env['DAGSTER_HOME']['value']}/storage"]
     cache = mounts[env["LOCKSTEP_CACHE"]["value"]]
     assert storage["name"] == cache["name"] == "lockstep-shared"
-    assert storage["subPath"] != cache["subPath"] and not storage.get("readOnly") and not cache.get("readOnly")
+    assert (
+        storage["subPath"] != cache["subPath"]
+        and not storage.get("readOnly")
+        and not cache.get("readOnly")
+    )
     ssh_dir = next(path for path, m in mounts.items() if m["name"] == "lockstep-ssh")
     git_ssh = shlex.split(env["GIT_SSH_COMMAND"]["value"])
     assert git_ssh[git_ssh.index("-i") + 1].startswith(f"{ssh_dir}/")
@@ -379,7 +477,7 @@ def test_jovian_runs_get_more_memory_than_tpu_runs() -> None:
         assert gib(jovian[kind]["memory"]) >= 2
 
 
-# ---- 4. the Dockerfile --------------------------------------------------------------------------------
+# ---- 4. the Dockerfile ---------------------------------------------------------------------------
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -397,7 +495,10 @@ def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
             continue
         lines.append(pending + stripped)
         pending = ""
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in lines]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "")
+        for line in lines
+    ]
 
 
 def test_dockerfile() -> None:
@@ -406,10 +507,19 @@ def test_dockerfile() -> None:
     froms = [args for kind, args in steps if kind == "FROM"]
     # Production's images are the build arguments' defaults (a test builds it offline with others).
     args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG" and "=" in a)
-    uv_version = re.search(r"^UV_VERSION=(\S+)$", (REPO / "dev").read_text(encoding="utf-8"), re.M)
+    uv_version = re.search(
+        r"^UV_VERSION=(\S+)$", (REPO / "dev").read_text(encoding="utf-8"), re.MULTILINE
+    )
     assert uv_version is not None
-    assert froms[0].split()[0] == "${UV_IMAGE}" and args["UV_IMAGE"] == f"ghcr.io/astral-sh/uv:{uv_version.group(1)}"
-    assert args["BASE_IMAGE"] == "python:3.11-slim" and args["SYSTEM_PACKAGES"] == "apt" and args["WITH_IRIS"] == "1"
+    assert (
+        froms[0].split()[0] == "${UV_IMAGE}"
+        and args["UV_IMAGE"] == f"ghcr.io/astral-sh/uv:{uv_version.group(1)}"
+    )
+    assert (
+        args["BASE_IMAGE"] == "python:3.11-slim"
+        and args["SYSTEM_PACKAGES"] == "apt"
+        and args["WITH_IRIS"] == "1"
+    )
     assert froms[-1] == "system-${SYSTEM_PACKAGES}"
     assert {f.split()[0] for f in froms[1:-1]} == {"${BASE_IMAGE}"}
 
@@ -418,7 +528,9 @@ def test_dockerfile() -> None:
     assert {"git", "openssh-client"} <= set(apt.split())
     syncs = [shlex.split(r) for r in runs if "uv sync" in r]
     assert syncs and all({"--frozen", "--no-dev"} <= set(s) for s in syncs)
-    assert all(not re.search(r"--(all-groups|group|extra|all-extras)\b", " ".join(s)) for s in syncs)
+    assert all(
+        not re.search(r"--(all-groups|group|extra|all-extras)\b", " ".join(s)) for s in syncs
+    )
     # No .dockerignore: copying the whole context would bake in .sandbox, .venv and .git.
     copies = [args.split() for kind, args in steps if kind == "COPY"]
     assert all(not {".", "./"} & set(c[:-1]) for c in copies if not c[0].startswith("--from"))
@@ -428,14 +540,19 @@ def test_dockerfile() -> None:
     for user_deployment in load_values()["dagster-user-deployments"]["deployments"]:
         # Kubernetes runs the image as this uid and gives the secret files to this group.
         pod = user_deployment["podSecurityContext"]
-        assert user[-1] == f"{pod['runAsUser']}:{pod['runAsGroup']}" and pod["fsGroup"] == pod["runAsGroup"]
+        assert (
+            user[-1] == f"{pod['runAsUser']}:{pod['runAsGroup']}"
+            and pod["fsGroup"] == pod["runAsGroup"]
+        )
     last_user = max(i for i, kind in enumerate(kinds) if kind == "USER")
     assert kinds.index("CMD") > last_user
     assert "RUN" not in kinds[last_user:]
     assert "ENTRYPOINT" not in kinds  # the chart and K8sRunLauncher give the whole command as args
     assert any("/.venv/bin" in args for kind, args in steps if kind == "ENV" and "PATH=" in args)
 
-    secretish = re.compile(r"token|passw|passphrase|secret|credential|api_key|private_key", re.I)
+    secretish = re.compile(
+        r"token|passw|passphrase|secret|credential|api_key|private_key", re.IGNORECASE
+    )
     for kind, args in steps:
         if kind in {"ARG", "ENV"}:
             assert not secretish.search(args), f"{kind} {args}"

@@ -13,6 +13,7 @@ from tests.support.jovian.lab import Lab
 
 @pytest.fixture
 def lab(sb: Sandbox, resources: dict[str, object]) -> Iterator[Lab]:
-    # What jovian/lane_serving started runs in the nodes' engines: the `sb` fixture stops them by PID.
+    # What jovian/lane_serving started runs in the
+    # nodes' engines: the `sb` fixture stops them by PID.
     with dg.instance_for_test() as instance:
         yield Lab(sb, {k: resources[k] for k in ("site", "git", "spark")}, instance)

@@ -1,8 +1,8 @@
-"""The Jovian lane's malformed-input corpus: every file under tests/corpus/{source_lock,cmake,gitmodules,
-env,recipe}/ is a real-shaped file with ONE defect and its expected refusal on its first line
-(`# expect: line=N value=V`). Each must be refused as a LockstepError that names the file, that line
-and that value: never accepted, never a traceback. The parsers are pure, so a case costs milliseconds;
-`.gitmodules` cases fork one `git config` each.
+"""The Jovian lane's malformed-input corpus: every file under
+tests/corpus/{source_lock,cmake,gitmodules, env,recipe}/ is a real-shaped file with ONE defect and
+its expected refusal on its first line (`# expect: line=N value=V`). Each must be refused as a
+LockstepError that names the file, that line and that value: never accepted, never a traceback. The
+parsers are pure, so a case costs milliseconds; `.gitmodules` cases fork one `git config` each.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ READERS: dict[str, Callable[[str, str], object]] = {
     "source_lock": lambda text, path: parse_source_lock(text, path, required=PACKAGES),
     # What `lockstep lab dep-table` does: a pin left unresolved (undefined or recursive) fails it.
     "cmake": lambda text, path: check_resolved(parse_cmake(text, path)),
-    "gitmodules": lambda text, path: submodule_urls(text, "https://github.com/vllm-project/FlashMLA.git", path),
+    "gitmodules": lambda text, path: submodule_urls(
+        text, "https://github.com/vllm-project/FlashMLA.git", path
+    ),
     "env": parse_env,
     "recipe": recipe_profile_placement,
 }
@@ -54,8 +56,10 @@ def test_the_corpus_has_every_format_and_at_least_40_files() -> None:
 def test_malformed_file_is_refused_naming_file_line_and_value(path: Path) -> None:
     line, value = expected(path)
     shown = str(path)
-    outcome, exc, why = tried(lambda: READERS[path.parent.name](read_text(path), shown),
-                              lambda e: isinstance(e, FileFormatError) and e.line is not None)
+    outcome, exc, why = tried(
+        lambda: READERS[path.parent.name](read_text(path), shown),
+        lambda e: isinstance(e, FileFormatError) and e.line is not None,
+    )
     assert outcome == REFUSED, f"{outcome}:\n{why}"
     assert isinstance(exc, FileFormatError), f"{type(exc).__name__}: {exc}"
     assert (exc.path, exc.line) == (shown, line), str(exc)
@@ -63,17 +67,23 @@ def test_malformed_file_is_refused_naming_file_line_and_value(path: Path) -> Non
     assert value in exc.message, f"{value!r} not in {exc.message!r}"
 
 
-@pytest.mark.parametrize("name", ["version_traversal", "repository_option", "invalid_utf8", "bundle_sha256_not_hex"])
+@pytest.mark.parametrize(
+    "name", ["version_traversal", "repository_option", "invalid_utf8", "bundle_sha256_not_hex"]
+)
 def test_lab_lock_cli_refuses_with_path_line_and_no_traceback(name: str) -> None:
     path = CORPUS / "source_lock" / f"{name}.source.lock"
     line, value = expected(path)
     out = CliRunner().invoke(lockstep_cli, ["lab", "lock", str(path)])
     assert out.exit_code != 0
     assert f"{path}:{line}: " in out.output and value in out.output
-    assert "Traceback" not in out.output and not isinstance(out.exception, (UnicodeDecodeError, ValueError))
+    assert "Traceback" not in out.output and not isinstance(
+        out.exception, (UnicodeDecodeError, ValueError)
+    )
 
 
-def test_lab_dep_table_cli_refuses_a_bad_cmake_file_with_its_path_in_the_tree(tmp_path: Path) -> None:
+def test_lab_dep_table_cli_refuses_a_bad_cmake_file_with_its_path_in_the_tree(
+    tmp_path: Path,
+) -> None:
     for name in ("invalid_utf8", "git_repository_upload_pack"):
         tree = tmp_path / name
         (tree / "cmake/external_projects").mkdir(parents=True)
@@ -82,4 +92,7 @@ def test_lab_dep_table_cli_refuses_a_bad_cmake_file_with_its_path_in_the_tree(tm
         line, value = expected(source)
         out = CliRunner().invoke(lockstep_cli, ["lab", "dep-table", str(tree)])
         assert out.exit_code != 0 and "Traceback" not in out.output
-        assert f"{tree}/cmake/external_projects/dep.cmake:{line}: " in out.output and value in out.output
+        assert (
+            f"{tree}/cmake/external_projects/dep.cmake:{line}: " in out.output
+            and value in out.output
+        )

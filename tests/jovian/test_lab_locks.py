@@ -1,4 +1,5 @@
-"""Listing a lab commit's source locks: every lock read and parsed, with git processes that do not grow
+"""Listing a lab commit's source locks: every lock
+read and parsed, with git processes that do not grow
 with the number of locks (a moved lab_rev_sensor tick reads them all)."""
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ SHA = "a" * 40
 
 
 def lock(rev: str) -> str:
-    return (f"format=local-inference-source-lock/v1\nrelease.version={rev}\n"
-            f"vllm.repository=https://github.com/local-inference-lab/vllm.git\nvllm.commit={SHA}\nvllm.tree={SHA}\n")
+    return (
+        f"format=local-inference-source-lock/v1\nrelease.version={rev}\n"
+        f"vllm.repository=https://github.com/local-inference-lab/vllm.git\nvllm.commit={SHA}\nvllm.tree={SHA}\n"
+    )
 
 
 def lab(root: Path, files: dict[str, bytes]) -> tuple[str, str]:
@@ -54,7 +57,8 @@ def test_every_lock_is_read_with_git_processes_independent_of_their_number(
     n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = {f"{LOCK_DIR}/r{i}.source.lock": lock(f"r{i}").encode() for i in range(n)}
-    files[f"{LOCK_DIR}/bad.source.lock"] = lock("r99").encode().replace(b"r99", b"r\xff9")  # not UTF-8
+    # not UTF-8
+    files[f"{LOCK_DIR}/bad.source.lock"] = lock("r99").encode().replace(b"r99", b"r\xff9")
     files["README.md"] = b"not a lock\n"
     url, sha = lab(tmp_path, files)
     remotes = GitRemotes(cache_dir=str(tmp_path / "cache"), timeout_s=30, url_schemes=["file"])
@@ -62,10 +66,12 @@ def test_every_lock_is_read_with_git_processes_independent_of_their_number(
     started = git_processes(monkeypatch)
     locks = lab_locks(remotes, jovian, lab_commit=sha)
     assert {entry.path: entry.rev for entry in locks if entry.rev} == {
-        f"{LOCK_DIR}/r{i}.source.lock": f"r{i}" for i in range(n)}
+        f"{LOCK_DIR}/r{i}.source.lock": f"r{i}" for i in range(n)
+    }
     (bad,) = [entry for entry in locks if entry.error]
     assert bad.path.endswith("bad.source.lock") and "not UTF-8 text (byte 0xff)" in bad.error  # type: ignore[operator]
-    # init + fetch + ls-tree, then the cat-file checks and one cat-file --batch: 6 for 1 lock or 30 (it was 2 more per lock).
+    # init + fetch + ls-tree, then the cat-file checks and one
+    # cat-file --batch: 6 for 1 lock or 30 (it was 2 more per lock).
     assert len(started) <= 6, started
 
 

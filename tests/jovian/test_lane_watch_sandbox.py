@@ -1,8 +1,11 @@
-"""lane_watch_sensor on the sandbox lane's real engines: a rev booted on both nodes, then one node's container
-replaced by hand with another image under the lane's name, then stopped. Each change is one observation of
-jovian/lane, and lockstep/status (gather_status) names the node; a tick that saw nothing new records nothing."""
+"""lane_watch_sensor on the sandbox lane's real engines: a rev booted on both nodes, then one node's
+container replaced by hand with another image under the lane's
+name, then stopped. Each change is one observation of
+jovian/lane, and lockstep/status (gather_status) names
+the node; a tick that saw nothing new records nothing."""
 
-# No `from __future__ import annotations`: Dagster reads the asset's context annotation at definition time.
+# No `from __future__ import annotations`: Dagster reads
+# the asset's context annotation at definition time.
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -34,16 +37,23 @@ R28: dict[str, str] = {}
 
 @dg.asset(key=DISTRIBUTED, partitions_def=lab_revs, group_name="jovian")
 def distributed_image(context: dg.AssetExecutionContext) -> dg.Output[Distribution]:
-    """What jovian/distributed_image records for the rev (its image ID in metadata, as the real one writes it):
+    """What jovian/distributed_image records for the rev
+    (its image ID in metadata, as the real one writes it):
     the fixture put the image on both lane nodes."""
     image_id = R28[context.partition_key]
-    done = Distribution(tag=f"jovian-judgement:{context.partition_key}-glm53", image_id=image_id,
-                        nodes=dict.fromkeys(LANE_NODES, image_id), bytes=1)
+    done = Distribution(
+        tag=f"jovian-judgement:{context.partition_key}-glm53",
+        image_id=image_id,
+        nodes=dict.fromkeys(LANE_NODES, image_id),
+        bytes=1,
+    )
     return dg.Output(done, metadata={"image_id": dg.MetadataValue.text(image_id)})
 
 
 class Lane:
-    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
+    def __init__(
+        self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance
+    ) -> None:
         self.sb, self.resources, self.instance = sb, resources, instance
         self.nodes = [sb.root / "nodes" / n for n in LANE_NODES]
         self.sensor = build_lane_watch_sensor()
@@ -51,8 +61,11 @@ class Lane:
 
     def tick(self) -> dg.SensorResult:
         """One tick, its observation recorded as the daemon records it, its cursor kept."""
-        with dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
-                                     resources={k: self.resources[k] for k in ("site", "spark")}) as context:
+        with dg.build_sensor_context(
+            instance=self.instance,
+            cursor=self.cursor,
+            resources={k: self.resources[k] for k in ("site", "spark")},
+        ) as context:
             result = self.sensor(context)
         for event in result.asset_events or []:
             self.instance.report_runless_asset_event(event)  # type: ignore[arg-type]
@@ -61,8 +74,13 @@ class Lane:
 
     def status(self) -> Status:
         site = load_site(self.sb.site_file)
-        return gather_status(site, self.instance, self.resources["git"], self.resources["registry"],  # type: ignore[arg-type]
-                             now=datetime.now(UTC))
+        return gather_status(
+            site,
+            self.instance,
+            self.resources["git"],
+            self.resources["registry"],  # type: ignore[arg-type]
+            now=datetime.now(UTC),
+        )
 
 
 def live(result: dg.SensorResult) -> tuple[dict[str, str | None], dict[str, str]]:
@@ -96,18 +114,28 @@ def watched(tmp_path: Path) -> Iterator[Lane]:
 
 def test_lane_watch_sees_a_container_replaced_by_hand_and_one_that_stopped(watched: Lane) -> None:
     w = watched
-    booted = dg.materialize([distributed_image, lane_serving, lane], selection=[DISTRIBUTED, LANE_SERVING],
-                            partition_key="r28", resources={k: w.resources[k] for k in ("site", "spark")},
-                            instance=w.instance, raise_on_error=False)
+    booted = dg.materialize(
+        [distributed_image, lane_serving, lane],
+        selection=[DISTRIBUTED, LANE_SERVING],
+        partition_key="r28",
+        resources={k: w.resources[k] for k in ("site", "spark")},
+        instance=w.instance,
+        raise_on_error=False,
+    )
     assert booted.success, failure_message(booted)
     r28 = R28["r28"]
 
-    # Both nodes run the distributed image: recorded once, no lane warning, the status says it read them live.
+    # Both nodes run the distributed image: recorded once,
+    # no lane warning, the status says it read them live.
     first = w.tick()
     assert live(first) == ({"spark-a": r28, "spark-b": r28}, {})
     status = w.status()
     (facts,) = status.lanes
-    assert facts.live and facts.nodes == {"spark-a": r28, "spark-b": r28} and facts.expected_image_id == r28
+    assert (
+        facts.live
+        and facts.nodes == {"spark-a": r28, "spark-b": r28}
+        and facts.expected_image_id == r28
+    )
     assert lane_warnings(status) == []
     assert "read live from the nodes" in render(status, now=status.as_of)
     again = w.tick()
@@ -118,21 +146,40 @@ def test_lane_watch_sees_a_container_replaced_by_hand_and_one_that_stopped(watch
     assert docker(spark_b, "rm", "-f", NAME).returncode == 0
     other = docker(spark_b, "image", "inspect", "--format", "{{.Id}}", BASE).stdout.strip()
     assert other.startswith("sha256:") and other != r28
-    started = docker(spark_b, "run", "-d", "--name", NAME, "--network", "host", BASE,
-                     "python3", "-c", "import time; time.sleep(600)")
+    started = docker(
+        spark_b,
+        "run",
+        "-d",
+        "--name",
+        NAME,
+        "--network",
+        "host",
+        BASE,
+        "python3",
+        "-c",
+        "import time; time.sleep(600)",
+    )
     assert started.returncode == 0, started.stderr
     replaced = w.tick()
     assert live(replaced) == ({"spark-a": r28, "spark-b": other}, {})
     assert lane_warnings(w.status()) == [
-        f"lane glm53-2x: node spark-b serves image {short(other)}, not r28's distributed image {short(r28)}: "
-        "the lane serves two builds at once"]
+        (
+            f"lane glm53-2x: node spark-b serves image {short(other)}, not r28's distributed "
+            f"image {short(r28)}: "
+            "the lane serves two builds at once"
+        )
+    ]
 
     # It stops: the node serves nothing, and the status says so by name.
     assert docker(spark_b, "stop", "-t", "1", NAME).returncode == 0
     stopped = w.tick()
     nodes, why = live(stopped)
-    assert nodes == {"spark-a": r28, "spark-b": None} and why["spark-b"].startswith(f"container {NAME} is exited")
+    assert nodes == {"spark-a": r28, "spark-b": None} and why["spark-b"].startswith(
+        f"container {NAME} is exited"
+    )
     (warning,) = lane_warnings(status := w.status())
-    assert warning.startswith(f"lane glm53-2x: node spark-b runs no container {NAME} (container {NAME} is exited")
+    assert warning.startswith(
+        f"lane glm53-2x: node spark-b runs no container {NAME} (container {NAME} is exited"
+    )
     assert status.lanes[0].nodes == {"spark-a": r28}
     assert not w.tick().asset_events  # still stopped: nothing new to record

@@ -1,4 +1,5 @@
-"""The lab's source lock: the real r35 lock parses with every key kept; each bad variant names file:line."""
+"""The lab's source lock: the real r35 lock parses with
+every key kept; each bad variant names file:line."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ LOCK = "models/glm-5.3-flash/build/r35.source.lock"
 
 @pytest.fixture(scope="module")
 def r35_text() -> str:
-    assert R35_PATH.is_file(), f"{R35_PATH} is missing: the tests read the lab's real r35 lock from tests/corpus/lab"
+    assert R35_PATH.is_file(), (
+        f"{R35_PATH} is missing: the tests read the lab's real r35 lock from tests/corpus/lab"
+    )
     return R35_PATH.read_text(encoding="utf-8")
 
 
@@ -25,7 +28,7 @@ def error(text: str, **kwargs: object) -> FileFormatError:
     return info.value
 
 
-# -- the real lock -----------------------------------------------------------------------------------
+# -- the real lock ---------------------------------------------------------------------------------
 
 
 def test_real_r35_lock_parses_with_rev_and_release(r35_text: str) -> None:
@@ -65,7 +68,9 @@ def test_real_r35_lock_has_exactly_the_three_engine_packages_in_file_order(r35_t
         "5a88a1ea9d2627c76288d056e7193f7454669b64",
     )
     assert lmcache.version == "0.5.5.dev0+glm53checkpoints.29bc5a2e"
-    assert lmcache.bundle_sha256 == "ebe56ce7553309704a93064d73e8d96b1fd577154d132efdc23fcc0198b81370"
+    assert (
+        lmcache.bundle_sha256 == "ebe56ce7553309704a93064d73e8d96b1fd577154d132efdc23fcc0198b81370"
+    )
 
 
 def test_real_r35_lock_keeps_every_key_verbatim_in_file_order(r35_text: str) -> None:
@@ -77,7 +82,9 @@ def test_real_r35_lock_keeps_every_key_verbatim_in_file_order(r35_text: str) -> 
     assert lock.keys["flashkda.base.commit"] == "3b225bf26bb8e218928a1fe14751cb48cf31d11b"
     assert lock.keys["flashinfer.commit"] == "803c4664f4771ddc418f20a57f752469a237a825"
     assert lock.keys["vllm.native.csrc.tree"] == "b0ef9c9361a4b22d6f90840192210a9d0c1e5049"
-    assert lock.keys["runtime.lmcache.checkpoints"].endswith("independent chunks for explicit aligned")
+    assert lock.keys["runtime.lmcache.checkpoints"].endswith(
+        "independent chunks for explicit aligned"
+    )
     assert lock.line_of("release.version") == 5
     assert lock.line_of("runtime.lmcache.transfer") == 19
     assert lock.line_of("no.such.key") is None
@@ -85,14 +92,20 @@ def test_real_r35_lock_keeps_every_key_verbatim_in_file_order(r35_text: str) -> 
 
 
 def test_values_keep_equals_signs_semicolons_and_spaces(r35_text: str) -> None:
-    text = r35_text + "runtime.env=VLLM_USE_V1=1; NCCL_P2P_LEVEL=NVL @ node:dgx4 \n" + "runtime.empty=\n"
+    text = (
+        r35_text
+        + "runtime.env=VLLM_USE_V1=1; NCCL_P2P_LEVEL=NVL @ node:dgx4 \n"
+        + "runtime.empty=\n"
+    )
     lock = parse_source_lock(text, LOCK)
     assert lock.keys["runtime.env"] == "VLLM_USE_V1=1; NCCL_P2P_LEVEL=NVL @ node:dgx4 "
     assert lock.keys["runtime.empty"] == ""
 
 
 def test_comments_and_blank_lines_are_skipped_but_line_numbers_stay_true(r35_text: str) -> None:
-    text = "# published by the lab\n\n" + r35_text.replace("release.version=r35\n", "\n# the rev\nrelease.version=r35\n")
+    text = "# published by the lab\n\n" + r35_text.replace(
+        "release.version=r35\n", "\n# the rev\nrelease.version=r35\n"
+    )
     lock = parse_source_lock(text, LOCK)
     assert lock.rev == "r35"
     assert lock.line_of("format") == 3
@@ -120,11 +133,16 @@ def test_to_json_has_rev_packages_and_every_key(r35_text: str) -> None:
 
 def test_repository_change_between_revs_is_just_another_value(r35_text: str) -> None:
     # One rev's b12x came from another owner: the parser records it, fork_cut audits it.
-    text = replace_line(r35_text, "b12x.repository", "b12x.repository=https://github.com/someone-else/b12x.git")
-    assert parse_source_lock(text, LOCK).packages["b12x"].repository == "https://github.com/someone-else/b12x.git"
+    text = replace_line(
+        r35_text, "b12x.repository", "b12x.repository=https://github.com/someone-else/b12x.git"
+    )
+    assert (
+        parse_source_lock(text, LOCK).packages["b12x"].repository
+        == "https://github.com/someone-else/b12x.git"
+    )
 
 
-# -- bad locks: each error names the file, the line and the value ------------------------------------
+# -- bad locks: each error names the file, the line and the value ----------------------------------
 
 
 def test_wrong_format_names_line_1_and_the_value(r35_text: str) -> None:
@@ -144,7 +162,9 @@ def test_missing_format_line_names_the_first_line(r35_text: str) -> None:
 
 def test_format_line_after_other_keys_is_not_accepted(r35_text: str) -> None:
     body = r35_text.split("\n", 1)[1]
-    exc = error("release.version=r35\n" + f"format={FORMAT}\n" + body.replace("release.version=r35\n", ""))
+    exc = error(
+        "release.version=r35\n" + f"format={FORMAT}\n" + body.replace("release.version=r35\n", "")
+    )
     assert exc.line == 1 and "release.version" in str(exc)
 
 
@@ -161,7 +181,9 @@ def test_abbreviated_commit_names_file_line_key_and_value(r35_text: str) -> None
     assert "abbreviated" in str(exc) and "not the contract" in str(exc)
 
 
-def test_branch_name_as_commit_is_refused_because_branches_are_not_the_contract(r35_text: str) -> None:
+def test_branch_name_as_commit_is_refused_because_branches_are_not_the_contract(
+    r35_text: str,
+) -> None:
     n = line_no(r35_text, "lmcache.commit")
     exc = error(replace_line(r35_text, "lmcache.commit", "lmcache.commit=integration/glm53-r27"))
     assert exc.line == n
@@ -169,7 +191,16 @@ def test_branch_name_as_commit_is_refused_because_branches_are_not_the_contract(
     assert "branch names" in str(exc) and "not the contract" in str(exc)
 
 
-@pytest.mark.parametrize("key", ["flashkda.base.commit", "vllm.native.csrc.tree", "b12x.package.tree", "vllm.tree", "flashinfer.commit"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "flashkda.base.commit",
+        "vllm.native.csrc.tree",
+        "b12x.package.tree",
+        "vllm.tree",
+        "flashinfer.commit",
+    ],
+)
 def test_every_commit_and_tree_key_needs_a_full_sha(r35_text: str, key: str) -> None:
     value = parse_source_lock(r35_text, LOCK).keys[key]
     exc = error(replace_line(r35_text, key, f"{key}={value[:12]}"))
@@ -184,7 +215,9 @@ def test_upper_case_sha_is_refused(r35_text: str) -> None:
 
 
 def test_sha_with_trailing_space_is_refused_and_the_space_shown(r35_text: str) -> None:
-    exc = error(replace_line(r35_text, "b12x.tree", "b12x.tree=d963f030c72a426753d2afa412b35d29eeb045f7 "))
+    exc = error(
+        replace_line(r35_text, "b12x.tree", "b12x.tree=d963f030c72a426753d2afa412b35d29eeb045f7 ")
+    )
     assert "'d963f030c72a426753d2afa412b35d29eeb045f7 '" in str(exc)
 
 
@@ -206,7 +239,8 @@ def test_missing_release_version_is_an_error(r35_text: str) -> None:
     text = replace_line(r35_text, "release.version", None)
     exc = error(text)
     assert "no release.version key" in str(exc)
-    assert str(exc).startswith(f"{LOCK}:{len(text.splitlines())}: ")  # where the file ends without it
+    # where the file ends without it
+    assert str(exc).startswith(f"{LOCK}:{len(text.splitlines())}: ")
 
 
 def test_empty_release_version_names_its_line(r35_text: str) -> None:
@@ -215,7 +249,9 @@ def test_empty_release_version_names_its_line(r35_text: str) -> None:
 
 
 def test_required_package_missing_names_the_missing_key(r35_text: str) -> None:
-    text = "\n".join(line for line in r35_text.splitlines() if not line.startswith("lmcache.")) + "\n"
+    text = (
+        "\n".join(line for line in r35_text.splitlines() if not line.startswith("lmcache.")) + "\n"
+    )
     assert "lmcache" not in parse_source_lock(text, LOCK).packages  # fine unless required
     exc = error(text, required=["vllm", "b12x", "lmcache"])
     assert "lmcache.repository" in str(exc) and "lmcache.commit" in str(exc)

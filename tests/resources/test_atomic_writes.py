@@ -1,5 +1,5 @@
-"""A write that fails (full disk, quota, file-size limit) is a clear error naming the path, and leaves
-the old file or none: never half a file, never a temp file.
+"""A write that fails (full disk, quota, file-size limit) is a clear error naming the path, and
+leaves the old file or none: never half a file, never a temp file.
 
 The disk is "full" by RLIMIT_FSIZE in a child process (SIGXFSZ ignored, so a write past the limit
 raises EFBIG instead of killing it): every file that child writes stops at LIMIT bytes, as on a
@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 64 * 1024
-BIG = 200 * 1024  # more than LIMIT: the write fails part way, after LIMIT bytes reached the temp file
+# more than LIMIT: the write fails part way, after LIMIT bytes reached the temp file
+BIG = 200 * 1024
 
 _CHILD = """
 import hashlib, io, json, resource, signal, sys
@@ -54,7 +55,7 @@ def through_cache():
     fill.close()
     return len(read)
 attempt("cache", through_cache)
-"""
+"""  # noqa: E501
 
 
 def _run_full_disk(tmp_path: Path) -> dict[str, dict]:
@@ -64,8 +65,14 @@ def _run_full_disk(tmp_path: Path) -> dict[str, dict]:
     (tmp_path / "small" / "uv.lock").write_text("old lock\n")
     (tmp_path / "small" / "uv.lock").chmod(0o640)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(LIMIT), str(BIG), str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(LIMIT), str(BIG), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return {line["case"]: line for line in map(json.loads, done.stdout.splitlines())}
 
@@ -80,7 +87,9 @@ def _assert_write_failed(got: dict, path: Path) -> None:
     assert "free space on that disk" in got["message"]
 
 
-def test_a_full_disk_is_an_error_naming_the_path_and_leaves_the_old_file_or_none(tmp_path: Path) -> None:
+def test_a_full_disk_is_an_error_naming_the_path_and_leaves_the_old_file_or_none(
+    tmp_path: Path,
+) -> None:
     got = _run_full_disk(tmp_path)
 
     # Replacing a file: the old content stays, whole; no temp file beside it.
@@ -102,8 +111,12 @@ def test_a_full_disk_is_an_error_naming_the_path_and_leaves_the_old_file_or_none
     blob = got["blob"]
     assert blob.get("type") == "WriteFailed", blob
     named = re.search(r"cannot write (\S+): ", blob["message"])
-    assert named and named.group(1).startswith(str(tmp_path / "layout" / "team" / "img" / "blobs" / "sha256")), blob
-    assert [f for f in _files(tmp_path / "layout") if "/blobs/" in f or f.startswith("blobs/")] == []
+    assert named and named.group(1).startswith(
+        str(tmp_path / "layout" / "team" / "img" / "blobs" / "sha256")
+    ), blob
+    assert [
+        f for f in _files(tmp_path / "layout") if "/blobs/" in f or f.startswith("blobs/")
+    ] == []
 
     # The blob cache: a full disk costs the cache, never the read; nothing half-cached is left.
     assert got["cache"] == {"case": "cache", "returned": str(200 * 1024)}
@@ -117,7 +130,9 @@ _ALLOWED = {
     "resources/registry/cache.py": 'open(self.root / ".lock", "a")',
     "tpu_assets/tag_lock.py": 'open(path, "a+")',
 }
-_WRITE = re.compile(r"\.write_(text|bytes)\(|\bopen\([^)]*['\"](w|a|x)b?\+?['\"]|os\.fdopen\(|mkstemp\(")
+_WRITE = re.compile(
+    r"\.write_(text|bytes)\(|\bopen\([^)]*['\"](w|a|x)b?\+?['\"]|os\.fdopen\(|mkstemp\("
+)
 
 
 def test_every_file_lockstep_writes_goes_through_the_atomic_helper() -> None:
@@ -125,9 +140,14 @@ def test_every_file_lockstep_writes_goes_through_the_atomic_helper() -> None:
     for package in ("resources", "tpu_assets", "jovian_assets", "lockstep"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
-            if rel in ("resources/atomic.py", "resources/registry/cache.py") or rel.startswith("lockstep/cli.py"):
-                continue  # the helper itself; the cache's tee (tested above); the CLI's sandbox set-up
+            if rel in ("resources/atomic.py", "resources/registry/cache.py") or rel.startswith(
+                "lockstep/cli.py"
+            ):
+                # the helper itself; the cache's tee (tested above); the CLI's sandbox set-up
+                continue
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 if _WRITE.search(line) and _ALLOWED.get(rel) not in line:
                     found.append(f"{rel}:{number}: {line.strip()}")
-    assert found == [], "write these with resources.atomic.write_atomic / atomic_output:\n" + "\n".join(found)
+    assert found == [], (
+        "write these with resources.atomic.write_atomic / atomic_output:\n" + "\n".join(found)
+    )

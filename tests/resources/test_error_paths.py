@@ -1,12 +1,13 @@
-"""Every resource's failure paths, driven in an interpreter that loaded only what a code location loads.
+"""Every resource's failure paths, driven in an
+interpreter that loaded only what a code location loads.
 
 The registry, git, iris and the Spark nodes are called against broken remotes on 127.0.0.1
 (tests/support/broken_server.py: refused, reset, silent, an HTML error page, a body cut short) by
-tests/support/resources/error_paths_child.py, a fresh interpreter that imported both definitions modules
-and nothing else: the client libraries those modules defer (requests, paramiko, GitPython) are not
-loaded yet, so an error path that names one it never imported raises NameError there, as it did in
-a run (issue 25: `NameError: name 'requests' is not defined` on a registry's non-JSON error body).
-What a person sees must be a lockstep error naming the remote (host:port) and what to do.
+tests/support/resources/error_paths_child.py, a fresh interpreter that imported both definitions
+modules and nothing else: the client libraries those modules defer (requests, paramiko, GitPython)
+are not loaded yet, so an error path that names one it never imported raises NameError there, as it
+did in a run (issue 25: `NameError: name 'requests' is not defined` on a registry's non-JSON error
+body). What a person sees must be a lockstep error naming the remote (host:port) and what to do.
 """
 
 from __future__ import annotations
@@ -49,12 +50,18 @@ RAISES = {
     "ssh reset: run": ("reset", "is the node up"),
     "ssh silent: run": ("silent", "is the node up"),
 }
-# A 404 whose body is an HTML page is "not there", not an error (and must not be a NameError either).
+# A 404 whose body is an HTML page is "not there",
+# not an error (and must not be a NameError either).
 RETURNS = {
     "registry html 404: manifest": "None",
     "registry html 404: absence": "'absent'",
 }
-PROJECT_ERRORS = {"registry": "RegistryError", "git": "GitError", "iris": "IrisError", "ssh": "SparkError"}
+PROJECT_ERRORS = {
+    "registry": "RegistryError",
+    "git": "GitError",
+    "iris": "IrisError",
+    "ssh": "SparkError",
+}
 
 
 @pytest.fixture(scope="module")
@@ -84,20 +91,40 @@ def outcomes(broken: BrokenServers, tmp_path_factory: pytest.TempPathFactory) ->
         "ports": {**broken.ports, "refused": refused},
         "known_hosts": str(home / "known_hosts"),
         # A CLI whose controller is down (what the real one says after its retries), one that hangs.
-        "iris_failing": _script(tmp / "iris-failing", f'echo "error: controller http://127.0.0.1:{refused}: '
-                                'Connection refused (os error 111)" >&2\nexit 1\n'),
+        "iris_failing": _script(
+            tmp / "iris-failing",
+            f'echo "error: controller http://127.0.0.1:{refused}: '
+            'Connection refused (os error 111)" >&2\nexit 1\n',
+        ),
         "iris_hanging": _script(tmp / "iris-hanging", "exec sleep 60\n"),
         "iris_missing": str(tmp / "no-such-iris"),
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCKSTEP_", "DAGSTER_"))}
-    env.update(PYTHONPATH=str(ROOT), HOME=str(home), DAGSTER_HOME=str(home / "dagster"),
-               LOCKSTEP_CACHE=str(home / "cache"), SSH_AUTH_SOCK="")
-    done = subprocess.run([sys.executable, str(CHILD), json.dumps(cfg)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        HOME=str(home),
+        DAGSTER_HOME=str(home / "dagster"),
+        LOCKSTEP_CACHE=str(home / "cache"),
+        SSH_AUTH_SOCK="",
+    )
+    done = subprocess.run(
+        [sys.executable, str(CHILD), json.dumps(cfg)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines[0] == {"preloaded": []}, "a location loaded a client library: this test would prove nothing"
-    names = {**{server: f"127.0.0.1:{p}" for server, p in cfg["ports"].items()}, "iris binary": cfg["iris_missing"]}
+    assert lines[0] == {"preloaded": []}, (
+        "a location loaded a client library: this test would prove nothing"
+    )
+    names = {
+        **{server: f"127.0.0.1:{p}" for server, p in cfg["ports"].items()},
+        "iris binary": cfg["iris_missing"],
+    }
     return {line["case"]: {**line, "names": names} for line in lines[1:]}
 
 
@@ -106,10 +133,14 @@ def test_every_case_ran(outcomes: dict[str, dict]) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(RAISES))
-def test_a_broken_remote_is_a_lockstep_error_naming_it(outcomes: dict[str, dict], case: str) -> None:
+def test_a_broken_remote_is_a_lockstep_error_naming_it(
+    outcomes: dict[str, dict], case: str
+) -> None:
     got = outcomes[case]
     assert "type" in got, f"{case}: expected an error, it returned {got.get('returned')}"
-    assert "NameError" not in got["mro"] and "ImportError" not in got["mro"], f"{case}: {got['type']}: {got['message']}"
+    assert "NameError" not in got["mro"] and "ImportError" not in got["mro"], (
+        f"{case}: {got['type']}: {got['message']}"
+    )
     assert "LockstepError" in got["mro"], f"{case}: raw {got['type']}: {got['message']}"
     assert PROJECT_ERRORS[case.split()[0]] in got["mro"], got
     server, *words = RAISES[case]

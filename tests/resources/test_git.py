@@ -1,4 +1,5 @@
-"""GitRemotes against real bare repositories: mirrors, fetch by sha, ancestry, fast-forward-only push."""
+"""GitRemotes against real bare repositories: mirrors,
+fetch by sha, ancestry, fast-forward-only push."""
 
 from __future__ import annotations
 
@@ -117,7 +118,9 @@ def test_push_refuses_when_the_remote_moved(up: Upstream, remotes: GitRemotes) -
     assert git.Repo(up.bare).commit(BRANCH).hexsha == theirs
 
 
-def test_push_refuses_history_that_does_not_descend_from_the_tip(up: Upstream, remotes: GitRemotes) -> None:
+def test_push_refuses_history_that_does_not_descend_from_the_tip(
+    up: Upstream, remotes: GitRemotes
+) -> None:
     up.commit("a", "1")
     tip = up.commit("a", "2")
     with remotes.checkout(url=up.url, branch=BRANCH) as wt:
@@ -154,10 +157,23 @@ def test_heads_by_pattern_tags_trees_and_ahead_behind(up: Upstream, remotes: Git
     assert remotes.ahead_behind(url=up.url, base=ahead, tip=pin) == (0, 1)
 
 
-def test_list_files_gitlinks_and_materialize(up: Upstream, remotes: GitRemotes, tmp_path: Path) -> None:
+def test_list_files_gitlinks_and_materialize(
+    up: Upstream, remotes: GitRemotes, tmp_path: Path
+) -> None:
     dep = Upstream(tmp_path / "dep")
     dep_sha = dep.commit("lib.h", "x")
-    up.work.git.execute(["git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", dep.url, "csrc/cutlass"])
+    up.work.git.execute(
+        [
+            "git",
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            dep.url,
+            "csrc/cutlass",
+        ]
+    )
     (Path(up.work.working_dir) / "models").mkdir()
     (Path(up.work.working_dir) / "models/r1.source.lock").write_text("format=x\n")
     up.work.git.add("-A")
@@ -167,18 +183,23 @@ def test_list_files_gitlinks_and_materialize(up: Upstream, remotes: GitRemotes, 
     assert remotes.gitlinks(url=up.url, sha=sha) == {"csrc/cutlass": dep_sha}
     dest = remotes.materialize(url=up.url, sha=sha, dest=tmp_path / "trees" / "up")
     assert (dest / "README").read_text() == "r" and (dest / "csrc/cutlass").is_dir()
-    assert not any((dest / "csrc/cutlass").iterdir())  # a gitlink checks out as an EMPTY dir: the trap
-    again = remotes.materialize(url=up.url, sha=sha, dest=dest)  # replacing an existing checkout works
+    # a gitlink checks out as an EMPTY dir: the trap
+    assert not any((dest / "csrc/cutlass").iterdir())
+    # replacing an existing checkout works
+    again = remotes.materialize(url=up.url, sha=sha, dest=dest)
     assert (again / ".git").is_file() and remotes.mirror_bytes(url=up.url) > 0
 
 
-# -- outside input reaches git only as data ---------------------------------------------------------
+# -- outside input reaches git only as data --------------------------------------------------------
 
 SHA = "a" * 40
 
 
-def _every_url_call(remotes: GitRemotes, url: str, tmp_path: Path) -> dict[str, Callable[[], object]]:
-    """Each public GitRemotes method that takes a URL, called with `url` and otherwise good arguments."""
+def _every_url_call(
+    remotes: GitRemotes, url: str, tmp_path: Path
+) -> dict[str, Callable[[], object]]:
+    """Each public GitRemotes method that takes a URL,
+    called with `url` and otherwise good arguments."""
     wt = Worktree.model_construct(path=tmp_path, url=url, branch=BRANCH, base_sha=SHA)
 
     def checkout(**kw: str) -> None:
@@ -195,7 +216,9 @@ def _every_url_call(remotes: GitRemotes, url: str, tmp_path: Path) -> dict[str, 
         "ahead_behind": lambda: remotes.ahead_behind(url=url, base=SHA, tip=SHA),
         "list_files": lambda: remotes.list_files(url=url, sha=SHA, pattern="*"),
         "gitlinks": lambda: remotes.gitlinks(url=url, sha=SHA),
-        "materialize": lambda: remotes.materialize(url=url, sha=SHA, dest=remotes.trees_dir() / "x"),
+        "materialize": lambda: remotes.materialize(
+            url=url, sha=SHA, dest=remotes.trees_dir() / "x"
+        ),
         "resolve_commit": lambda: remotes.resolve_commit(url=url, rev="abc1234", branch=BRANCH),
         "commit_info": lambda: remotes.commit_info(url=url, sha=SHA),
         "short_sha": lambda: remotes.short_sha(url=url, sha=SHA, branch=BRANCH),
@@ -208,7 +231,8 @@ def _every_url_call(remotes: GitRemotes, url: str, tmp_path: Path) -> dict[str, 
 
 @pytest.fixture
 def no_git_runs(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Any git process (GitPython's or a bare subprocess) fails the test: refusals come before them."""
+    """Any git process (GitPython's or a bare subprocess)
+    fails the test: refusals come before them."""
     started: list[object] = []
 
     def refuse(*args: object, **kwargs: object) -> None:
@@ -275,7 +299,13 @@ def test_materialize_refuses_a_dest_outside_the_trees_before_removing_anything(
     trees = remotes.trees_dir()
     trees.mkdir(parents=True)
     (trees / "link").symlink_to(precious)  # inside the trees by name, outside once resolved
-    for dest in (precious, trees / ".." / "precious", trees / "link", trees, Path("/tmp/lockstep-abs")):
+    for dest in (
+        precious,
+        trees / ".." / "precious",
+        trees / "link",
+        trees,
+        Path("/tmp/lockstep-abs"),
+    ):
         with pytest.raises(GitInputRefused, match="nothing removed|outside"):
             remotes.materialize(url=up.url, sha=SHA, dest=dest)
     assert (precious / "keep").read_text() == "mine" and not no_git_runs
@@ -295,7 +325,8 @@ def test_git_itself_refuses_a_transport_the_site_does_not_allow_even_through_a_r
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
     tip = up.commit("a", "1")
     allowing_file = GitRemotes(cache_dir=str(tmp_path / "c1"), url_schemes=LOCAL)
-    assert allowing_file.ls_remote(url="https://example.invalid/up.git", branch=BRANCH) == tip  # the control
+    # the control
+    assert allowing_file.ls_remote(url="https://example.invalid/up.git", branch=BRANCH) == tip
     strict = GitRemotes(cache_dir=str(tmp_path / "c2"))
     with pytest.raises(GitError, match="transport 'file' not allowed"):
         strict.ls_remote(url="https://example.invalid/up.git", branch=BRANCH)

@@ -1,4 +1,5 @@
-"""iris answers lockstep cannot read are refused naming the field (JSON path or line) and the value."""
+"""iris answers lockstep cannot read are refused
+naming the field (JSON path or line) and the value."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import pytest
 from resources.iris.cli import IrisCli
 from resources.iris.output import IrisUnreadable, JobState, parse_state_json, parse_state_text
 
-STATE = "Job: /u/j (j)\nState: {state}  exit={exit}  failures={failures}  preemptions=0\nTasks: 0/1 completed\n"
+STATE = (
+    "Job: /u/j (j)\nState: {state}  exit={exit}  failures={failures}  preemptions=0\nTasks: "
+    "0/1 completed\n"
+)
 
 
 @pytest.mark.parametrize(("fields", "said"), [
@@ -15,7 +19,9 @@ STATE = "Job: /u/j (j)\nState: {state}  exit={exit}  failures={failures}  preemp
     ({"state": "failed", "exit": "3", "failures": "-1"}, "failures='-1'"),
     ({"state": "exploded", "exit": "0", "failures": "0"}, "unknown state 'exploded'"),
 ])  # fmt: skip
-def test_a_garbled_state_line_names_the_line_and_the_value(fields: dict[str, str], said: str) -> None:
+def test_a_garbled_state_line_names_the_line_and_the_value(
+    fields: dict[str, str], said: str
+) -> None:
     with pytest.raises(IrisUnreadable) as info:
         parse_state_text(STATE.format(**fields), job_id="/u/j")
     assert said in str(info.value) and "line 2" in str(info.value) and "/u/j" in str(info.value)
@@ -30,13 +36,17 @@ def test_a_garbled_state_line_names_the_line_and_the_value(fields: dict[str, str
     ({"state": 3}, "unknown state 3"),
     ({"state": "JOB_STATE_EXPLODED"}, "unknown state 'JOB_STATE_EXPLODED'"),
 ])  # fmt: skip
-def test_a_json_field_of_the_wrong_type_names_its_path_and_value(data: dict[str, object], said: str) -> None:
+def test_a_json_field_of_the_wrong_type_names_its_path_and_value(
+    data: dict[str, object], said: str
+) -> None:
     with pytest.raises(IrisUnreadable) as info:
         parse_state_json(data, job_id="/u/j")
     assert said in str(info.value)
 
 
-def test_wait_reports_an_unknown_state_at_once_not_as_a_vanished_or_silent_job(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wait_reports_an_unknown_state_at_once_not_as_a_vanished_or_silent_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     polls: list[str] = []
 
     def describe(self: IrisCli, *, job_id: str) -> None:

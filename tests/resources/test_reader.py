@@ -1,7 +1,9 @@
-"""resources/reader.py, the one reader every parser takes files through: a directory, FIFO or device is
-refused with its path before anything opens it for reading (a FIFO never blocks), a file past the size
-limit is refused, and each parser that reads a path goes through it. Special files cannot live in git,
-so they are made here, in tmp_path, and counted with the corpus's outcomes (tests/support/report.py)."""
+"""resources/reader.py, the one reader every parser takes files through: a directory, FIFO or device
+is refused with its path before anything opens it for reading (a FIFO never blocks), a file past the
+size limit is refused, and each parser that reads a path
+goes through it. Special files cannot live in git,
+so they are made here, in tmp_path, and counted with the corpus's outcomes
+(tests/support/report.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def _fifo(path: Path) -> Path:
 
 
 def _refused_naming(read: Callable[[], object], shown: str, what: str) -> FileFormatError:
-    # A FIFO would block forever on a plain open(); a watchdog turns a hang into a failure, not a stuck run.
+    # A FIFO would block forever on a plain open(); a
+    # watchdog turns a hang into a failure, not a stuck run.
     result: list[BaseException | None] = []
 
     def run() -> None:
@@ -55,7 +58,11 @@ def _refused_naming(read: Callable[[], object], shown: str, what: str) -> FileFo
 
 @pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
 def test_a_special_file_is_refused_with_its_path_and_kind(kind: str, tmp_path: Path) -> None:
-    path = {"directory": lambda: tmp_path, "fifo": lambda: _fifo(tmp_path / "p"), "device": lambda: Path("/dev/zero")}[kind]()
+    path = {
+        "directory": lambda: tmp_path,
+        "fifo": lambda: _fifo(tmp_path / "p"),
+        "device": lambda: Path("/dev/zero"),
+    }[kind]()
     what = {"directory": "a directory", "fifo": "a FIFO", "device": "a character device"}[kind]
     _refused_naming(lambda: read_bytes(path), str(path), what)
 
@@ -71,8 +78,9 @@ def test_a_file_past_the_limit_is_refused_and_a_missing_one_named(tmp_path: Path
 
 
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
-def test_lockstep_site_naming_a_directory_or_fifo_is_refused(kind: str, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lockstep_site_naming_a_directory_or_fifo_is_refused(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "site.toml"
     target.mkdir() if kind == "directory" else _fifo(target)
     monkeypatch.setenv(SITE_ENV, str(target))
@@ -89,7 +97,8 @@ def test_every_parser_that_reads_a_path_refuses_a_fifo(tmp_path: Path) -> None:
     _refused_naming(lambda: jovian_read_text(env, "versions.env"), "versions.env", "a FIFO")
     tree = tmp_path / "vllm"
     (tree / "cmake/external_projects").mkdir(parents=True)
-    _fifo(tree / "CMakeLists.txt")  # was skipped as if absent: the tree read as having no top-level pins
+    # was skipped as if absent: the tree read as having no top-level pins
+    _fifo(tree / "CMakeLists.txt")
     _refused_naming(lambda: parse_tree(tree), "CMakeLists.txt", "a FIFO")
 
 
@@ -98,15 +107,24 @@ def test_nesting_is_refused_at_its_line_before_the_parser_recurses() -> None:
     with pytest.raises(FileFormatError, match=rf"^f.toml:2: nested deeper than {MAX_DEPTH} levels"):
         check_nesting(deep, "f.toml", "toml")
     # Brackets inside strings and comments are not nesting: a real file with them is read as it is.
-    check_nesting('a = "' + "[" * 100 + '"\n# ' + "{" * 100 + "\nb = '''\n" + "[" * 100 + "\n'''\n", "f.toml", "toml")
+    check_nesting(
+        'a = "' + "[" * 100 + '"\n# ' + "{" * 100 + "\nb = '''\n" + "[" * 100 + "\n'''\n",
+        "f.toml",
+        "toml",
+    )
     check_nesting('{"a": "' + "[" * 100 + '\\" [[["}', "f.json", "json")
     with pytest.raises(FileFormatError, match=r"^f.json:3: nested deeper"):
         loads_json('{\n"a":\n' + "[" * 65 + "]" * 65 + "}", "f.json")
-    assert isinstance(loads_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, "f.json"), list)  # the limit itself is fine
+    # the limit itself is fine
+    assert isinstance(loads_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, "f.json"), list)
 
 
-def test_a_bench_baseline_nested_50000_deep_or_with_a_duplicate_key_is_refused_with_its_line() -> None:
+def test_a_bench_baseline_nested_50000_deep_or_with_a_duplicate_key_is_refused_with_its_line() -> (
+    None
+):
     with pytest.raises(FileFormatError, match=r"^recipes/glm53/baseline.json:1: nested deeper"):
         parse_baseline(b"[" * 50_000 + b"]" * 50_000, "recipes/glm53/baseline.json")
-    with pytest.raises(FileFormatError, match=r"^recipes/glm53/baseline.json:2: \$.rev is given twice"):
+    with pytest.raises(
+        FileFormatError, match=r"^recipes/glm53/baseline.json:2: \$.rev is given twice"
+    ):
         parse_baseline(b'{"rev": "r35",\n "rev": "r36"}', "recipes/glm53/baseline.json")

@@ -1,4 +1,5 @@
-"""Site file: errors name the file, the line, the key and what is wrong; secrets are never stored."""
+"""Site file: errors name the file, the line, the
+key and what is wrong; secrets are never stored."""
 
 from __future__ import annotations
 
@@ -25,20 +26,29 @@ def test_good_file_loads_with_defaults(tmp_path: Path) -> None:
 
 
 def test_missing_key_names_file_table_and_line(tmp_path: Path) -> None:
-    err = error_for(tmp_path, GOOD.replace('image = "ghcr.io/open-thoughts/openthoughts-agent"\n', ""))
+    err = error_for(
+        tmp_path, GOOD.replace('image = "ghcr.io/open-thoughts/openthoughts-agent"\n', "")
+    )
     assert str(err) == f"{tmp_path / 'site.toml'}:4: [tpu] image: required key is missing"
 
 
 def test_key_in_the_wrong_table_is_an_error_not_ignored(tmp_path: Path) -> None:
     # The recipe TOML trap: a key that lands in another table must not be silently dropped.
-    err = error_for(tmp_path, GOOD.replace('name = "test"\n', 'name = "test"\nharbor_branch = "main"\n'))
+    err = error_for(
+        tmp_path, GOOD.replace('name = "test"\n', 'name = "test"\nharbor_branch = "main"\n')
+    )
     assert err.line == 3
     assert "[site] harbor_branch: unknown key" in str(err) and "right [table]" in str(err)
 
 
 def test_bad_value_names_the_value(tmp_path: Path) -> None:
-    err = error_for(tmp_path, GOOD.replace('consumer_branch = "penfever/working"', 'consumer_branch = "a..b"'))
-    assert err.line == 8 and "[tpu] consumer_branch: branch 'a..b' is not a valid git ref name" in str(err)
+    err = error_for(
+        tmp_path, GOOD.replace('consumer_branch = "penfever/working"', 'consumer_branch = "a..b"')
+    )
+    assert (
+        err.line == 8
+        and "[tpu] consumer_branch: branch 'a..b' is not a valid git ref name" in str(err)
+    )
 
 
 def test_secret_value_in_the_file_is_refused_without_echoing_it(tmp_path: Path) -> None:
@@ -56,7 +66,9 @@ def test_env_name_field_refuses_a_secret_and_does_not_echo_it(tmp_path: Path) ->
 
 
 def test_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
-    err = error_for(tmp_path, GOOD.replace('harbor_branch = "penfever/working"', "harbor_branch = penfever"))
+    err = error_for(
+        tmp_path, GOOD.replace('harbor_branch = "penfever/working"', "harbor_branch = penfever")
+    )
     assert err.line == 6 and "not valid TOML" in str(err)
 
 
@@ -67,7 +79,9 @@ def test_site_path_comes_from_env_and_a_missing_file_says_what_to_do(
     assert load_site().site.name == "test"
     monkeypatch.delenv(SITE_ENV)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(LockstepError, match=r"\.sandbox/site\.toml: no site file here \(run `lockstep sandbox up`"):
+    with pytest.raises(
+        LockstepError, match=r"\.sandbox/site\.toml: no site file here \(run `lockstep sandbox up`"
+    ):
         load_site()
 
 
@@ -76,17 +90,25 @@ def test_owners_per_location_fall_back_to_the_site_owners(tmp_path: Path) -> Non
     site = load_site(write(tmp_path, text))
     assert site.owners("tpu") == ["team:ml-infra"] and site.owners("jovian") == ["team:ml-infra"]
     site = load_site(write(tmp_path, text + 'owners = ["tpu-oncall@example.com"]\n'))
-    assert site.owners("tpu") == ["tpu-oncall@example.com"] and site.owners("jovian") == ["team:ml-infra"]
+    assert site.owners("tpu") == ["tpu-oncall@example.com"] and site.owners("jovian") == [
+        "team:ml-infra"
+    ]
 
 
 def test_an_owner_dagster_would_reject_names_line_and_value(tmp_path: Path) -> None:
-    err = error_for(tmp_path, GOOD.replace('name = "test"\n', 'name = "test"\nowners = ["team:ok", "ml infra"]\n'))
+    err = error_for(
+        tmp_path,
+        GOOD.replace('name = "test"\n', 'name = "test"\nowners = ["team:ok", "ml infra"]\n'),
+    )
     assert err.line == 3
     assert "[site] owners: owner 'ml infra' must be an email address or 'team:<name>'" in str(err)
 
 
 def test_an_entry_of_an_array_of_tables_is_named_by_its_position_and_line(tmp_path: Path) -> None:
-    text = GOOD + '\n[[spark.nodes]]\nname = "a"\nhost = "h"\n\n[[spark.nodes]]\nname = "b"\nport = 0\n'
+    text = (
+        GOOD
+        + '\n[[spark.nodes]]\nname = "a"\nhost = "h"\n\n[[spark.nodes]]\nname = "b"\nport = 0\n'
+    )
     err = error_for(tmp_path, text)
     assert err.line == text.splitlines().index("port = 0") + 1
     assert "[[spark.nodes]] #2 port:" in str(err) and "(got 0)" in str(err)
@@ -114,26 +136,44 @@ def test_links_give_commit_and_digest_pages_without_credentials(tmp_path: Path) 
     assert commit_url(links, "https://github.com/marin-community/harbor.git", sha) == (
         f"https://github.com/marin-community/harbor/commit/{sha}"
     )
-    assert commit_url(links, "git@github.com:org/vllm.git", sha) == f"https://github.com/org/vllm/commit/{sha}"
+    assert (
+        commit_url(links, "git@github.com:org/vllm.git", sha)
+        == f"https://github.com/org/vllm/commit/{sha}"
+    )
     # Credentials in the remote neither stop the match nor reach the link.
-    url = commit_url(links, "https://penfever:ghp_S3cretTokenValue@github.com/marin-community/harbor.git", sha)
+    url = commit_url(
+        links, "https://penfever:ghp_S3cretTokenValue@github.com/marin-community/harbor.git", sha
+    )
     assert url == f"https://github.com/marin-community/harbor/commit/{sha}"
     assert commit_url(links, "file:///srv/git/harbor.git", sha) is None
     assert image_url(links, "ghcr.io/open-thoughts/openthoughts-agent", "sha256:" + "b" * 64) == (
-        "https://registry.example/harbor/projects/open-thoughts/openthoughts-agent/artifacts/sha256:" + "b" * 64
+        "https://registry.example/harbor/projects/open-thoughts/openthoughts-agent/artifacts/sha256:"
+        + "b" * 64
     )
 
 
-def test_a_link_template_with_an_unknown_placeholder_names_line_and_allowed_ones(tmp_path: Path) -> None:
-    text = GOOD + LINKS.replace("commit/{sha}\"\n\n[[links.commit]]\nremote = \"git@", "commit/{commit}\"\n\n[[links.commit]]\nremote = \"git@")
+def test_a_link_template_with_an_unknown_placeholder_names_line_and_allowed_ones(
+    tmp_path: Path,
+) -> None:
+    text = GOOD + LINKS.replace(
+        'commit/{sha}"\n\n[[links.commit]]\nremote = "git@',
+        'commit/{commit}"\n\n[[links.commit]]\nremote = "git@',
+    )
     err = error_for(tmp_path, text)
-    assert err.line == text.splitlines().index('url = "https://github.com/{path}/commit/{commit}"') + 1
+    assert (
+        err.line == text.splitlines().index('url = "https://github.com/{path}/commit/{commit}"') + 1
+    )
     assert "[[links.commit]] #1 url: uses {commit}; allowed: {path}, {sha}" in str(err)
 
 
-def test_links_image_key_after_an_array_header_lands_in_the_array_and_is_an_error(tmp_path: Path) -> None:
+def test_links_image_key_after_an_array_header_lands_in_the_array_and_is_an_error(
+    tmp_path: Path,
+) -> None:
     # The TOML trap: a key written after [[links.commit]] belongs to that entry, not to [links].
-    text = GOOD + '\n[[links.commit]]\nremote = "https://github.com/"\nurl = "https://github.com/{path}/commit/{sha}"\nimage = "https://x/{digest}"\n'
+    text = GOOD + (
+        '\n[[links.commit]]\nremote = "https://github.com/"\nurl = '
+        '"https://github.com/{path}/commit/{sha}"\nimage = "https://x/{digest}"\n'
+    )
     err = error_for(tmp_path, text)
     assert err.line == len(text.splitlines())
     assert "[[links.commit]] #1 image: unknown key" in str(err) and "right [table]" in str(err)
@@ -141,29 +181,55 @@ def test_links_image_key_after_an_array_header_lands_in_the_array_and_is_an_erro
 
 def test_an_upload_pack_url_is_refused_at_load_before_anything_runs(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    text = GOOD.replace('"https://github.com/marin-community/harbor.git"', f'"--upload-pack=touch {marker}"')
+    text = GOOD.replace(
+        '"https://github.com/marin-community/harbor.git"', f'"--upload-pack=touch {marker}"'
+    )
     err = error_for(tmp_path, text)
-    assert str(err).startswith(f"{tmp_path / 'site.toml'}:5: [tpu] harbor_repo: repository URL '--upload-pack=touch")
+    assert str(err).startswith(
+        f"{tmp_path / 'site.toml'}:5: [tpu] harbor_repo: repository URL '--upload-pack=touch"
+    )
     assert not marker.exists()
 
 
 def test_url_schemes_default_to_https_and_ssh_and_the_sandbox_adds_file(tmp_path: Path) -> None:
-    local = GOOD.replace("https://github.com/marin-community/harbor.git", "file:///srv/git/harbor.git")
+    local = GOOD.replace(
+        "https://github.com/marin-community/harbor.git", "file:///srv/git/harbor.git"
+    )
     err = error_for(tmp_path, local)
-    assert err.line == 5 and "uses 'file'; this site allows https, ssh ([site] url_schemes)" in str(err)
-    site = load_site(write(tmp_path, local.replace('name = "test"', 'name = "test"\nurl_schemes = ["https", "ssh", "file"]')))
-    assert site.tpu.harbor_repo == "file:///srv/git/harbor.git" and site.site.url_schemes == ["https", "ssh", "file"]
-    scp = load_site(write(tmp_path, GOOD.replace("https://github.com/open-thoughts/", "git@github.com:open-thoughts/")))
+    assert err.line == 5 and "uses 'file'; this site allows https, ssh ([site] url_schemes)" in str(
+        err
+    )
+    site = load_site(
+        write(
+            tmp_path,
+            local.replace('name = "test"', 'name = "test"\nurl_schemes = ["https", "ssh", "file"]'),
+        )
+    )
+    assert site.tpu.harbor_repo == "file:///srv/git/harbor.git" and site.site.url_schemes == [
+        "https",
+        "ssh",
+        "file",
+    ]
+    scp = load_site(
+        write(
+            tmp_path,
+            GOOD.replace("https://github.com/open-thoughts/", "git@github.com:open-thoughts/"),
+        )
+    )
     assert scp.tpu.consumer_repo.startswith("git@github.com:")  # scp-like counts as ssh
 
 
 def test_a_credential_in_a_refused_url_is_not_echoed(tmp_path: Path) -> None:
     url = "http://bot:ghp_NeverEcho0123@github.com/marin-community/harbor.git"
-    err = error_for(tmp_path, GOOD.replace('"https://github.com/marin-community/harbor.git"', f'"{url}"'))
+    err = error_for(
+        tmp_path, GOOD.replace('"https://github.com/marin-community/harbor.git"', f'"{url}"')
+    )
     assert "ghp_NeverEcho0123" not in str(err) and "uses 'http'" in str(err)
 
 
-@pytest.mark.parametrize("size", ["64GB", "64 GB", "120gb", "512MiB", "1.5G", "8g", "4096", "100 bytes", "2TB"])
+@pytest.mark.parametrize(
+    "size", ["64GB", "64 GB", "120gb", "512MiB", "1.5G", "8g", "4096", "100 bytes", "2TB"]
+)
 def test_a_size_the_site_accepts_is_one_iris_reads_the_same_way(size: str) -> None:
     # iris parses --memory/--disk with humanfriendly.parse_size(binary=True) (cluster/types.py).
     humanfriendly = pytest.importorskip("humanfriendly")

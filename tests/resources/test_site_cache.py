@@ -19,8 +19,9 @@ from tests.support.site_text import GOOD  # the minimal valid site every site te
 
 @pytest.fixture
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The files here are written moments before they are read, which the cache never keeps (file times
-    tick in steps): let it keep them, so what these tests see is the cache's, not a re-read's. Every
+    """The files here are written moments before they are read, which the cache never keeps (file
+    times tick in steps): let it keep them, so what these
+    tests see is the cache's, not a re-read's. Every
     edit below changes the size or the inode, which no time step can hide."""
     monkeypatch.setattr(SiteCache, "SETTLED_NS", 0)
 
@@ -62,7 +63,10 @@ def test_a_same_size_file_moved_over_it_is_read_on_the_next_load(tmp_path: Path)
 def test_a_broken_edit_raises_on_every_load_not_the_stale_config(tmp_path: Path) -> None:
     path = site(tmp_path)
     load_site(path)
-    path.write_text(GOOD.replace('harbor_branch = "penfever/working"', 'harbor_branch = "-rf"'), encoding="utf-8")
+    path.write_text(
+        GOOD.replace('harbor_branch = "penfever/working"', 'harbor_branch = "-rf"'),
+        encoding="utf-8",
+    )
     for _ in range(2):
         with pytest.raises(FileFormatError, match=rf"{path}:6: \[tpu\] harbor_branch"):
             load_site(path)
@@ -74,8 +78,14 @@ def test_a_broken_edit_raises_on_every_load_not_the_stale_config(tmp_path: Path)
 def test_an_edited_trusted_key_file_is_read_on_the_next_load(tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1()).public_key()
     pub = tmp_path / "trusted.pub"
-    pub.write_bytes(key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    path = site(tmp_path, GOOD + '\n[attest]\nkey_env = "ATTEST_KEY"\ntrusted_keys = ["trusted.pub"]\n')
+    pub.write_bytes(
+        key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    path = site(
+        tmp_path, GOOD + '\n[attest]\nkey_env = "ATTEST_KEY"\ntrusted_keys = ["trusted.pub"]\n'
+    )
     first = load_site(path)
     assert load_site(path) is first
     pub.write_text("not a key\n", encoding="utf-8")

@@ -50,7 +50,7 @@ def cycle(edges: dict[str, set[str]]) -> list[str]:
         state[node] = 1
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state and (found := visit(nxt, [*path, nxt])):
                 return found
         state[node] = 2
@@ -74,13 +74,17 @@ def test_the_walk_catches_a_circle_even_under_type_checking(tmp_path: Path) -> N
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "schema.py").write_text("from resources.site.cache import SiteCache\n")
-    (pkg / "cache.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                  "    from resources.site.schema import SiteConfig\n")
+    (pkg / "cache.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from resources.site.schema import SiteConfig\n"
+    )
     (pkg / "load.py").write_text("def f():\n    from resources.site import schema\n")
     edges = package_edges("resources.site", tmp_path)
-    assert edges == {"resources.site.cache": {"resources.site.schema"},
-                     "resources.site.load": {"resources.site.schema"},
-                     "resources.site.schema": {"resources.site.cache"}}
+    assert edges == {
+        "resources.site.cache": {"resources.site.schema"},
+        "resources.site.load": {"resources.site.schema"},
+        "resources.site.schema": {"resources.site.cache"},
+    }
     assert cycle(edges) == ["resources.site.cache", "resources.site.schema", "resources.site.cache"]
     assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
@@ -90,14 +94,16 @@ def test_the_package_init_imports_nothing(package: str) -> None:
     init = ROOT.joinpath(*package.split("."), "__init__.py")
     tree = ast.parse(init.read_text())
     assert ast.get_docstring(tree), f"{init} says what the package holds"
-    statements = [n for n in tree.body
-                  if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    statements = [
+        n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+    ]
     assert statements == [], f"{init} re-exports nothing: import each name from its module"
 
 
 def test_no_flat_module_is_left_beside_the_packages() -> None:
-    left = sorted(p.name for p in (ROOT / "resources").glob("*.py")
-                  if p.stem.startswith(("site", "iris")))
+    left = sorted(
+        p.name for p in (ROOT / "resources").glob("*.py") if p.stem.startswith(("site", "iris"))
+    )
     assert left == []
 
 

@@ -1,5 +1,7 @@
-"""The "site changed" error names what to do on the deployment it runs in, and a code server whose site
-is a Kubernetes ConfigMap mounted as a directory sees the edit as a change (not as a missing file)."""
+"""The "site changed" error names what to do on the
+deployment it runs in, and a code server whose site
+is a Kubernetes ConfigMap mounted as a directory
+sees the edit as a change (not as a missing file)."""
 
 from __future__ import annotations
 
@@ -18,43 +20,61 @@ from tests.support.site_example import EXAMPLE_KEY, example_site
 def _changed_error(tmp_path: Path) -> str:
     site = example_site(tmp_path)
     resource = site_resource(load_site(site))
-    site.write_text(site.read_text(encoding="utf-8").replace('cpu = 16 ', 'cpu = 8 '), encoding="utf-8")
+    site.write_text(
+        site.read_text(encoding="utf-8").replace("cpu = 16 ", "cpu = 8 "), encoding="utf-8"
+    )
     with pytest.raises(SiteChanged) as caught:
         resource.config()
     return str(caught.value)
 
 
-def test_compose_says_restart_the_code_server_containers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compose_says_restart_the_code_server_containers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCKSTEP_DEPLOYMENT", "compose")
     message = _changed_error(tmp_path)
     assert f"`{COMPOSE_RESTART}`" in message
-    assert COMPOSE_RESTART == "docker compose -p lockstep -f deploy/docker/docker-compose.yml restart tpu jovian"
+    assert (
+        COMPOSE_RESTART
+        == "docker compose -p lockstep -f deploy/docker/docker-compose.yml restart tpu jovian"
+    )
     assert "which keep the file they loaded" in message and "Reload" not in message
 
 
-def test_kubernetes_says_rollout_restart_of_both_user_deployments(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kubernetes_says_rollout_restart_of_both_user_deployments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LOCKSTEP_DEPLOYMENT", "kubernetes")
-    monkeypatch.setenv("DAGSTER_K8S_PIPELINE_RUN_NAMESPACE", "lockstep-prod")  # the chart sets it in code servers
+    # the chart sets it in code servers
+    monkeypatch.setenv("DAGSTER_K8S_PIPELINE_RUN_NAMESPACE", "lockstep-prod")
     message = _changed_error(tmp_path)
-    assert ("`kubectl -n lockstep-prod rollout restart deployment -l "
-            "'component=user-deployments,deployment in (tpu,jovian)'`") in message
+    assert (
+        "`kubectl -n lockstep-prod rollout restart deployment -l "
+        "'component=user-deployments,deployment in (tpu,jovian)'`"
+    ) in message
     assert "Reload the code location" not in message
 
 
 def test_kubernetes_without_the_charts_env_reads_the_pods_namespace(tmp_path: Path) -> None:
     namespace = tmp_path / "namespace"
     namespace.write_text("team-a\n")
-    assert "kubectl -n team-a rollout restart" in reload_advice({"LOCKSTEP_DEPLOYMENT": "kubernetes"}, namespace)
+    assert "kubectl -n team-a rollout restart" in reload_advice(
+        {"LOCKSTEP_DEPLOYMENT": "kubernetes"}, namespace
+    )
     # Neither: a placeholder the person fills in, never a guess.
     assert "kubectl -n <namespace> rollout restart" in reload_advice(
-        {"LOCKSTEP_DEPLOYMENT": "kubernetes"}, tmp_path / "absent")
+        {"LOCKSTEP_DEPLOYMENT": "kubernetes"}, tmp_path / "absent"
+    )
 
 
-def test_unset_keeps_the_reload_of_the_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unset_keeps_the_reload_of_the_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("LOCKSTEP_DEPLOYMENT", raising=False)
     message = _changed_error(tmp_path)
-    assert "Reload the code location (UI: Deployment -> Reload, or restart `lockstep demo`)" in message
+    assert (
+        "Reload the code location (UI: Deployment -> Reload, or restart `lockstep demo`)" in message
+    )
     assert "docker compose" not in message and "kubectl" not in message
 
 
@@ -64,8 +84,10 @@ def test_an_unknown_deployment_says_so_and_falls_back_to_the_reload() -> None:
 
 
 def _configmap_version(mount: Path, name: str, site_text: str, key: bytes) -> None:
-    """What the kubelet writes for a ConfigMap volume: the files in a timestamped directory, `..data`
-    swapped to it with a rename, and each key a symlink through `..data`; the old directory is removed."""
+    """What the kubelet writes for a ConfigMap volume:
+    the files in a timestamped directory, `..data`
+    swapped to it with a rename, and each key a symlink
+    through `..data`; the old directory is removed."""
     version = mount / name
     (version / "keys").mkdir(parents=True)
     (version / "site.toml").write_text(site_text, encoding="utf-8")
@@ -77,7 +99,9 @@ def _configmap_version(mount: Path, name: str, site_text: str, key: bytes) -> No
             (mount / entry).symlink_to(f"..data/{entry}")
 
 
-def test_a_configmap_directory_mount_edit_is_a_site_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_configmap_directory_mount_edit_is_a_site_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(SiteCache, "SETTLED_NS", 0)
     monkeypatch.setenv("LOCKSTEP_DEPLOYMENT", "kubernetes")
     source = example_site(tmp_path / "source")
@@ -91,7 +115,7 @@ def test_a_configmap_directory_mount_edit_is_a_site_change(tmp_path: Path, monke
     resource = site_resource(site)
     assert resource.config().iris is not None
 
-    _configmap_version(mount, "..2026_01_01_00_05_00.2", text.replace('cpu = 16 ', 'cpu = 8 '), key)
+    _configmap_version(mount, "..2026_01_01_00_05_00.2", text.replace("cpu = 16 ", "cpu = 8 "), key)
     for old in (mount / "..2026_01_01_00_00_00.1").rglob("*"):
         if old.is_file():
             old.unlink()

@@ -1,9 +1,9 @@
 """SparkNodes against a real OpenSSH sshd on 127.0.0.1 and against local nodes.
 
-One sshd is started for the module (tests/support/sshd_server.py: its own host key, a passphrase-protected
-client key, known_hosts, stopped by PID). Behaviour that both transports share is parametrized over
-`ssh` (three node names on that sshd) and `local` (three node roots under tmp). Everything runs on
-this machine, so what a "node" wrote is checked directly on disk.
+One sshd is started for the module (tests/support/sshd_server.py: its own host key, a
+passphrase-protected client key, known_hosts, stopped by PID). Behaviour that both transports share
+is parametrized over `ssh` (three node names on that sshd) and `local` (three node roots under tmp).
+Everything runs on this machine, so what a "node" wrote is checked directly on disk.
 """
 
 from __future__ import annotations
@@ -100,7 +100,9 @@ def ssh_spark(sshd: SshdServer) -> Iterator[SparkNodes]:
         nodes.close()
 
 
-def wait_for_exit(spark: SparkNodes, handle: DetachedHandle, timeout_s: float = 30.0) -> DetachedState:
+def wait_for_exit(
+    spark: SparkNodes, handle: DetachedHandle, timeout_s: float = 30.0
+) -> DetachedState:
     deadline = time.monotonic() + timeout_s
     while (state := spark.poll(handle=handle)).state == "running":
         assert time.monotonic() < deadline, f"{handle} still running after {timeout_s}s"
@@ -120,10 +122,20 @@ def sha256_file(path: Path) -> str:
 
 
 def test_run_returns_stdout_stderr_and_exit_code(spark: SparkNodes) -> None:
-    result = spark.run(node="n1", argv=["sh", "-c", "echo built; echo 'warning: cache miss' >&2; exit 3"])
-    assert (result.exit_code, result.stdout, result.stderr) == (3, b"built\n", b"warning: cache miss\n")
+    result = spark.run(
+        node="n1", argv=["sh", "-c", "echo built; echo 'warning: cache miss' >&2; exit 3"]
+    )
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        3,
+        b"built\n",
+        b"warning: cache miss\n",
+    )
     assert result.node == "n1" and result.argv[0] == "sh" and result.duration_s >= 0
-    assert "n1" in result.describe() and "exit 3" in result.describe() and "with no output" not in result.describe()
+    assert (
+        "n1" in result.describe()
+        and "exit 3" in result.describe()
+        and "with no output" not in result.describe()
+    )
     with pytest.raises(SparkError, match=r"exit 3.*\n.*warning: cache miss"):
         result.check()
 
@@ -140,7 +152,8 @@ def test_run_feeds_stdin_and_applies_cwd_and_env(spark: SparkNodes, tmp_path: Pa
 
 
 def test_silent_exit_120_is_described_as_exit_with_no_output(spark: SparkNodes) -> None:
-    # The runbook's dead pipe pump: tool-eval-bench died on its first stderr write, exit 120, empty log.
+    # The runbook's dead pipe pump: tool-eval-bench died
+    # on its first stderr write, exit 120, empty log.
     result = spark.run(node="n1", argv=["sh", "-c", "exit 120"])
     assert result.exit_code == 120 and result.silent
     assert "exit 120 with no output" in result.describe()
@@ -172,11 +185,22 @@ def test_hostile_names_are_names_never_commands(spark: SparkNodes, tmp_path: Pat
 
     assert spark.run(node="n1", argv=["mkdir", "-p", str(work)]).ok
     assert work.is_dir()
-    assert spark.run(node="n1", argv=["echo", evil_tag, evil_tick]).text() == f"{evil_tag} {evil_tick}\n"
+    assert (
+        spark.run(node="n1", argv=["echo", evil_tag, evil_tick]).text()
+        == f"{evil_tag} {evil_tick}\n"
+    )
     assert spark.run(node="n1", argv=["pwd"], cwd=str(work)).text() == f"{work}\n"
-    assert spark.run(node="n1", argv=["printenv", "TAG"], env={"TAG": evil_tag}).text() == f"{evil_tag}\n"
-    handle = spark.start_detached(node="n1", argv=["echo", evil_tag], log=str(work / f"{evil_tick}.log"),
-                                  cwd=str(work), env={"TAG": evil_tick})  # fmt: skip
+    assert (
+        spark.run(node="n1", argv=["printenv", "TAG"], env={"TAG": evil_tag}).text()
+        == f"{evil_tag}\n"
+    )
+    handle = spark.start_detached(
+        node="n1",
+        argv=["echo", evil_tag],
+        log=str(work / f"{evil_tick}.log"),
+        cwd=str(work),
+        env={"TAG": evil_tick},
+    )
     assert wait_for_exit(spark, handle) == DetachedState(state="exited", exit_code=0)
     assert spark.tail(handle=handle) == f"{evil_tag}\n"
     tree = tmp_path / "ctx"
@@ -185,7 +209,12 @@ def test_hostile_names_are_names_never_commands(spark: SparkNodes, tmp_path: Pat
     (tree / evil_file).write_text("profile\n")
     put = spark.put_tree(node="n1", local_dir=tree, remote_dir=str(work / evil_tag))
     assert put.files == 1 and (work / evil_tag / evil_file).read_text() == "profile\n"
-    piped = spark.pipe(src="n1", src_argv=["echo", evil_tag], dsts=["n2"], dst_argv=["sh", "-c", 'cat > "$0"', str(work / "p")])
+    piped = spark.pipe(
+        src="n1",
+        src_argv=["echo", evil_tag],
+        dsts=["n2"],
+        dst_argv=["sh", "-c", 'cat > "$0"', str(work / "p")],
+    )
     assert piped.dsts[0].exit_code == 0 and (work / "p").read_text() == f"{evil_tag}\n"
 
     assert [p for p in touched if p.exists()] == []
@@ -194,10 +223,13 @@ def test_hostile_names_are_names_never_commands(spark: SparkNodes, tmp_path: Pat
     assert not touched[0].exists()
 
 
-def test_a_background_child_holding_stderr_leaves_no_thread_on_the_freed_pipes(tmp_path: Path) -> None:
-    """`docker run -d`-like commands leave a child holding stderr. The run still ends, and no reader is left
-    in select() on its fds: their numbers go to the next pipes this process opens, and a select() asleep
-    on a reused write end keeps that pipe open, so e.g. a git subprocess's reader never sees EOF (the
+def test_a_background_child_holding_stderr_leaves_no_thread_on_the_freed_pipes(
+    tmp_path: Path,
+) -> None:
+    """`docker run -d`-like commands leave a child holding stderr. The run still ends, and no reader
+    is left in select() on its fds: their numbers go to the next pipes this process opens, and a
+    select() asleep on a reused write end keeps that pipe open, so
+    e.g. a git subprocess's reader never sees EOF (the
     canary test's 556 s hang in `git rev-parse` before this was fixed)."""
     spark = local_nodes(tmp_path / "nodes")
     before = set(threading.enumerate())
@@ -205,8 +237,9 @@ def test_a_background_child_holding_stderr_leaves_no_thread_on_the_freed_pipes(t
     child = int(result.stdout)
     try:
         deadline = time.monotonic() + 5
-        while (left := [t for t in threading.enumerate() if t not in before and t.is_alive()]) and \
-                time.monotonic() < deadline:
+        while (
+            left := [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert left == [], f"threads still on the closed command's pipes: {left}"
         for _ in range(20):  # the freed fd numbers are reused by these pipes; each must see EOF
@@ -217,17 +250,22 @@ def test_a_background_child_holding_stderr_leaves_no_thread_on_the_freed_pipes(t
 
 
 def test_unknown_node_lists_the_known_ones(spark: SparkNodes) -> None:
-    with pytest.raises(SparkError, match=r"no \[\[spark.nodes\]\] entry named 'spark9'.*n1, n2, n3"):
+    with pytest.raises(
+        SparkError, match=r"no \[\[spark.nodes\]\] entry named 'spark9'.*n1, n2, n3"
+    ):
         spark.run(node="spark9", argv=["true"])
 
 
 # ---- detached builds -----------------------------------------------------------------------------
 
 
-def test_detached_build_is_polled_until_it_exits_with_its_code(spark: SparkNodes, tmp_path: Path) -> None:
+def test_detached_build_is_polled_until_it_exits_with_its_code(
+    spark: SparkNodes, tmp_path: Path
+) -> None:
     log = tmp_path / "builds" / "r27build.log"
-    handle = spark.start_detached(node="n1", argv=["sh", "-c", "echo step 1/9; sleep 1; echo step 9/9; exit 7"],
-                                  log=str(log))  # fmt: skip
+    handle = spark.start_detached(
+        node="n1", argv=["sh", "-c", "echo step 1/9; sleep 1; echo step 9/9; exit 7"], log=str(log)
+    )
     assert handle.pid > 0 and handle.exit_file == f"{log}.exit"
     assert spark.poll(handle=handle).state == "running"
     assert wait_for_exit(spark, handle) == DetachedState(state="exited", exit_code=7)
@@ -240,19 +278,27 @@ def test_detached_build_with_relative_log_and_cwd_finds_its_exit_file(spark: Spa
     rel = f"lockstep-test-{uuid.uuid4().hex[:8]}"
     try:
         spark.run(node="n1", argv=["mkdir", "-p", f"{rel}/r28"]).check()
-        handle = spark.start_detached(node="n1", argv=["sh", "-c", "pwd; exit 5"], log=f"{rel}/r28/build.log",
-                                      cwd=f"{rel}/r28")  # fmt: skip
+        handle = spark.start_detached(
+            node="n1",
+            argv=["sh", "-c", "pwd; exit 5"],
+            log=f"{rel}/r28/build.log",
+            cwd=f"{rel}/r28",
+        )
         assert wait_for_exit(spark, handle) == DetachedState(state="exited", exit_code=5)
         assert spark.tail(handle=handle).endswith(f"/{rel}/r28\n")
     finally:
         spark.run(node="n1", argv=["rm", "-rf", "--", rel])
 
 
-def test_detached_build_killed_without_exit_file_has_vanished(spark: SparkNodes, tmp_path: Path) -> None:
-    # State comes from the pid and the exit file: a reaped build prints no last line, and says nothing.
+def test_detached_build_killed_without_exit_file_has_vanished(
+    spark: SparkNodes, tmp_path: Path
+) -> None:
+    # State comes from the pid and the exit file: a
+    # reaped build prints no last line, and says nothing.
     handle = spark.start_detached(node="n1", argv=["sleep", "60"], log=str(tmp_path / "b.log"))
     assert spark.poll(handle=handle).state == "running"
-    # The build's shell first (so it never writes an exit file), then its `sleep`, which would outlive the test.
+    # The build's shell first (so it never writes an exit
+    # file), then its `sleep`, which would outlive the test.
     kill = 'children=$(pgrep -P "$1"); kill -9 "$1" && kill -9 $children'
     assert spark.run(node="n1", argv=["sh", "-c", kill, "sh", str(handle.pid)]).ok
     deadline = time.monotonic() + 10
@@ -290,7 +336,9 @@ def _drop_by_shutting_the_socket(spark: SparkNodes, sshd: SshdServer) -> None:
 def test_connection_dropped_mid_build_does_not_fail_poll_or_build(
     ssh_spark: SparkNodes, sshd: SshdServer, tmp_path: Path, drop: object
 ) -> None:
-    handle = ssh_spark.start_detached(node="n1", argv=["sh", "-c", "sleep 3; exit 7"], log=str(tmp_path / "b.log"))
+    handle = ssh_spark.start_detached(
+        node="n1", argv=["sh", "-c", "sleep 3; exit 7"], log=str(tmp_path / "b.log")
+    )
     before = ssh_spark._transport("n1")._client  # type: ignore[attr-defined]
     assert ssh_spark.poll(handle=handle).state == "running"
     drop(ssh_spark, sshd)  # type: ignore[operator]
@@ -298,7 +346,9 @@ def test_connection_dropped_mid_build_does_not_fail_poll_or_build(
     assert ssh_spark._transport("n1")._client is not before  # type: ignore[attr-defined]
 
 
-def test_connection_dropped_while_a_command_runs_is_said_plainly(ssh_spark: SparkNodes, sshd: SshdServer) -> None:
+def test_connection_dropped_while_a_command_runs_is_said_plainly(
+    ssh_spark: SparkNodes, sshd: SshdServer
+) -> None:
     ssh_spark.run(node="n1", argv=["true"])
     client_port = ssh_spark._transport("n1")._client.get_transport().sock.getsockname()[1]  # type: ignore[attr-defined]
 
@@ -317,12 +367,17 @@ def test_connection_dropped_while_a_command_runs_is_said_plainly(ssh_spark: Spar
 
 
 def fingerprint(pubkey: Path) -> str:
-    out = subprocess.run(["ssh-keygen", "-lf", str(pubkey)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ssh-keygen", "-lf", str(pubkey)], capture_output=True, text=True, check=True
+    ).stdout
     return out.split()[1]
 
 
 def test_wrong_host_key_is_refused_and_nothing_runs(sshd: SshdServer, tmp_path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "imposter")], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "imposter")],
+        check=True,
+    )
     known = tmp_path / "known_hosts"
     known.write_text(known_hosts_line("127.0.0.1", sshd.port, tmp_path / "imposter.pub"))
     marker = tmp_path / f"ran-{uuid.uuid4().hex[:8]}"
@@ -333,15 +388,21 @@ def test_wrong_host_key_is_refused_and_nothing_runs(sshd: SshdServer, tmp_path: 
     assert "HOST KEY MISMATCH" in message and "nothing was run" in message
     assert fingerprint(sshd.host_key.with_suffix(".pub")) in message  # what it offered
     assert fingerprint(tmp_path / "imposter.pub") in message  # what we expected
-    assert f"ssh-keygen -R '[127.0.0.1]:{sshd.port}'" in message and f"ssh-keyscan -p {sshd.port}" in message
+    assert (
+        f"ssh-keygen -R '[127.0.0.1]:{sshd.port}'" in message
+        and f"ssh-keyscan -p {sshd.port}" in message
+    )
     assert info.value.node == "n1" and info.value.where == f"{sshd.user}@127.0.0.1:{sshd.port}"
     assert not marker.exists()
-    assert known.read_text() == known_hosts_line("127.0.0.1", sshd.port, tmp_path / "imposter.pub")  # never rewritten
+    # never rewritten
+    assert known.read_text() == known_hosts_line("127.0.0.1", sshd.port, tmp_path / "imposter.pub")
 
 
 def test_unknown_host_is_refused_with_how_to_add_its_key(sshd: SshdServer, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
-    known.write_text(known_hosts_line("127.0.0.1", sshd.port + 1, sshd.host_key.with_suffix(".pub")))
+    known.write_text(
+        known_hosts_line("127.0.0.1", sshd.port + 1, sshd.host_key.with_suffix(".pub"))
+    )
     spark = ssh_nodes(sshd, known_hosts=str(known))
     with pytest.raises(HostKeyRefused, match=r"not in .*known_hosts.*never auto-added") as info:
         spark.run(node="n1", argv=["true"])
@@ -362,9 +423,15 @@ def test_passphrase_never_appears_in_errors_and_is_named_by_its_variable(
     monkeypatch.setenv(PASSPHRASE_ENV, wrong)
     with pytest.raises(SparkError) as info:
         ssh_nodes(sshd).run(node="n1", argv=["true"])
-    assert PASSPHRASE_ENV in str(info.value) and wrong not in str(info.value) and PASSPHRASE not in str(info.value)
+    assert (
+        PASSPHRASE_ENV in str(info.value)
+        and wrong not in str(info.value)
+        and PASSPHRASE not in str(info.value)
+    )
     monkeypatch.delenv(PASSPHRASE_ENV)
-    with pytest.raises(SparkError, match=f"encrypted and no passphrase was given: export {PASSPHRASE_ENV}"):
+    with pytest.raises(
+        SparkError, match=f"encrypted and no passphrase was given: export {PASSPHRASE_ENV}"
+    ):
         ssh_nodes(sshd).run(node="n1", argv=["true"])
 
 
@@ -376,7 +443,9 @@ def test_secret_values_are_masked_in_results_errors_and_local_env(
     result = spark.run(node="n1", argv=["sh", "-c", "exit 120", "ghp_s3cr3tvalue0123456789"])
     assert "ghp_s3cr3tvalue0123456789" not in result.describe() and "***" in result.describe()
     with pytest.raises(SparkError) as info:
-        spark.run(node="n1", argv=["sh", "-c", "sleep 5", "ghp_s3cr3tvalue0123456789"], timeout_s=0.5)
+        spark.run(
+            node="n1", argv=["sh", "-c", "sleep 5", "ghp_s3cr3tvalue0123456789"], timeout_s=0.5
+        )
     assert "ghp_s3cr3tvalue0123456789" not in str(info.value)
     # A node never sees lockstep's secrets in its environment (an ssh node never could).
     assert spark.run(node="n1", argv=["printenv", PASSPHRASE_ENV]).exit_code == 1
@@ -395,8 +464,7 @@ def make_tree(root: Path) -> Path:
     (root / "sub" / "build.sh").chmod(0o755)
     (root / "build.sh").symlink_to("sub/build.sh")
     with open(root / "big.bin", "wb") as f:
-        for _ in range(20):
-            f.write(os.urandom(MiB))
+        f.writelines(os.urandom(MiB) for _ in range(20))
     return root
 
 
@@ -408,7 +476,9 @@ def test_put_tree_arrives_identical(spark: SparkNodes, tmp_path: Path) -> None:
     assert (result.files, result.bytes) == (4, sum(sizes)) and max(sizes) == 20 * MiB
     assert local_manifest(remote) == local_manifest(tree)
     assert sha256_file(remote / "big.bin") == sha256_file(tree / "big.bin")
-    assert os.readlink(remote / "build.sh") == "sub/build.sh" and os.access(remote / "sub" / "build.sh", os.X_OK)
+    assert os.readlink(remote / "build.sh") == "sub/build.sh" and os.access(
+        remote / "sub" / "build.sh", os.X_OK
+    )
     assert (remote / "empty").is_dir() and len(result.sha256) == 64
 
 
@@ -418,8 +488,12 @@ def test_put_tree_names_the_first_file_that_differs(spark: SparkNodes, tmp_path:
     (tree / "versions.env").write_text("VLLM_COMMIT=63a82f8d\n")
     remote = tmp_path / "remote"
     (remote / "profiles").mkdir(parents=True)
-    (remote / "profiles" / "r18.env").write_text("stale\n")  # left over: the copy is not what we sent
-    with pytest.raises(SparkError, match=r"did not arrive identical: profiles: on the node but not in the local tree"):
+    # left over: the copy is not what we sent
+    (remote / "profiles" / "r18.env").write_text("stale\n")
+    with pytest.raises(
+        SparkError,
+        match=r"did not arrive identical: profiles: on the node but not in the local tree",
+    ):
         spark.put_tree(node="n2", local_dir=tree, remote_dir=str(remote))
 
 
@@ -429,7 +503,9 @@ def test_put_tree_names_the_first_file_that_differs(spark: SparkNodes, tmp_path:
 RECEIVE = ["sh", "-c", 'f=$(mktemp "$0/recv.XXXXXX") && cat > "$f" && echo "$f"']
 
 
-def test_fanout_of_256_mib_arrives_byte_identical_on_every_destination(spark: SparkNodes, tmp_path: Path) -> None:
+def test_fanout_of_256_mib_arrives_byte_identical_on_every_destination(
+    spark: SparkNodes, tmp_path: Path
+) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     started = time.monotonic()
@@ -446,14 +522,28 @@ def test_fanout_of_256_mib_arrives_byte_identical_on_every_destination(spark: Sp
     assert elapsed < 60
 
 
-def test_failing_destination_is_named_and_the_others_still_get_everything(spark: SparkNodes, tmp_path: Path) -> None:
+def test_failing_destination_is_named_and_the_others_still_get_everything(
+    spark: SparkNodes, tmp_path: Path
+) -> None:
     # The first destination to take the lock dies mid-stream, like a `docker load` out of disk.
     lock = tmp_path / "first"
-    dst_argv = ["sh", "-c", 'if mkdir "$0" 2>/dev/null; then head -c 65536 >/dev/null; '
-                            'echo "write /var/lib/docker: no space left on device" >&2; exit 3; fi; '
-                            'cat > /dev/null', str(lock)]  # fmt: skip
+    dst_argv = [
+        "sh",
+        "-c",
+        (
+            'if mkdir "$0" 2>/dev/null; then head -c 65536 >/dev/null; '
+            'echo "write /var/lib/docker: no space left on device" >&2; exit 3; fi; '
+            "cat > /dev/null"
+        ),
+        str(lock),
+    ]
     with pytest.raises(PipeFailed) as info:
-        spark.pipe(src="n1", src_argv=["head", "-c", str(32 * MiB), "/dev/zero"], dsts=["n2", "n3"], dst_argv=dst_argv)
+        spark.pipe(
+            src="n1",
+            src_argv=["head", "-c", str(32 * MiB), "/dev/zero"],
+            dsts=["n2", "n3"],
+            dst_argv=dst_argv,
+        )
     result = info.value.result
     bad = [d for d in result.dsts if d.exit_code == 3]
     good = [d for d in result.dsts if d.exit_code == 0]
@@ -464,7 +554,9 @@ def test_failing_destination_is_named_and_the_others_still_get_everything(spark:
     assert good[0].bytes == 32 * MiB and good[0].sha256 == result.src.sha256
 
 
-def test_producer_exiting_120_with_no_output_is_a_failure_not_an_empty_image(spark: SparkNodes) -> None:
+def test_producer_exiting_120_with_no_output_is_a_failure_not_an_empty_image(
+    spark: SparkNodes,
+) -> None:
     with pytest.raises(PipeFailed, match=r"producer on n1 failed: exit 120 after 0 bytes") as info:
         spark.pipe(src="n1", src_argv=["sh", "-c", "exit 120"], dsts=["n2", "n3"], dst_argv=["cat"])
     assert info.value.node == "n1"
@@ -473,8 +565,18 @@ def test_producer_exiting_120_with_no_output_is_a_failure_not_an_empty_image(spa
 
 
 def test_producer_failing_midway_is_named(spark: SparkNodes) -> None:
-    src = ["sh", "-c", "head -c 1048576 /dev/zero; echo 'Error response from daemon: reference does not exist' >&2; exit 1"]
-    with pytest.raises(PipeFailed, match=r"producer on n1 failed: exit 1 after 1048576 bytes.*reference does not exist"):
+    src = [
+        "sh",
+        "-c",
+        (
+            "head -c 1048576 /dev/zero; echo 'Error response from daemon: reference does not "
+            "exist' >&2; exit 1"
+        ),
+    ]
+    with pytest.raises(
+        PipeFailed,
+        match=r"producer on n1 failed: exit 1 after 1048576 bytes.*reference does not exist",
+    ):
         spark.pipe(src="n1", src_argv=src, dsts=["n2"], dst_argv=["cat"])
 
 
@@ -485,10 +587,13 @@ def test_spark_for_reads_the_site_and_resolves_local_roots(tmp_path: Path) -> No
     (tmp_path / "nodes" / "spark1").mkdir(parents=True)
     site_file = tmp_path / "site.toml"
     site_file.write_text(
-        '[tpu]\nharbor_repo = "https://example.invalid/h.git"\nharbor_branch = "main"\nconsumer_repo = "https://example.invalid/c.git"\nconsumer_branch = "main"\n'
+        '[tpu]\nharbor_repo = "https://example.invalid/h.git"\nharbor_branch = '
+        '"main"\nconsumer_repo = "https://example.invalid/c.git"\nconsumer_branch = "main"\n'
         'image = "ghcr.io/x/y"\n\n'
-        '[spark]\nknown_hosts = "keys/known_hosts"\npassphrase_env = "SPARK_KEY_PASSPHRASE"\ncommand_timeout_s = 30\n\n'
-        '[[spark.nodes]]\nname = "spark1"\ntransport = "local"\nroot = "nodes/spark1"\nroles = ["build", "lane"]\n\n'
+        '[spark]\nknown_hosts = "keys/known_hosts"\npassphrase_env = '
+        '"SPARK_KEY_PASSPHRASE"\ncommand_timeout_s = 30\n\n'
+        '[[spark.nodes]]\nname = "spark1"\ntransport = "local"\nroot = "nodes/spark1"\nroles = '
+        '["build", "lane"]\n\n'
         '[[spark.nodes]]\nname = "dgx4"\nhost = "dgx4.lab"\nuser = "bf"\nroles = ["lane"]\n'
     )
     spark = spark_for(load_site(site_file))
@@ -501,4 +606,7 @@ def test_spark_for_reads_the_site_and_resolves_local_roots(tmp_path: Path) -> No
     def uses_spark(spark: SparkNodes) -> str:
         return spark.run(node="spark1", argv=["echo", "ok"]).text()
 
-    assert dg.materialize([uses_spark], resources={"spark": spark}).output_for_node("uses_spark") == "ok\n"
+    assert (
+        dg.materialize([uses_spark], resources={"spark": spark}).output_for_node("uses_spark")
+        == "ok\n"
+    )

@@ -22,13 +22,16 @@ def test_sigterm_to_the_demo_stops_dagster_dev_and_the_sandbox_engines(tmp_path:
     demo = start_demo(tmp_path)
     try:
         engines = {state: Engine(state).pid() for state in engine_dirs(demo.sandbox.root)}
-        assert len(engines) >= 3 and all(engines.values()), engines  # the demo started every node's engine
+        # the demo started every node's engine
+        assert len(engines) >= 3 and all(engines.values()), engines
 
         demo.proc.send_signal(signal.SIGTERM)  # the demo's process alone, not its group
         try:
             returncode = demo.proc.wait(90)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"`lockstep demo` still runs 90 s after SIGTERM; its log:\n{demo.log_tail()}")
+            pytest.fail(
+                f"`lockstep demo` still runs 90 s after SIGTERM; its log:\n{demo.log_tail()}"
+            )
 
         assert returncode != 0
         assert [pid for pid in engines.values() if pid and alive(pid)] == [], demo.log_tail()

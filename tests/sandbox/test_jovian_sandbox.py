@@ -1,4 +1,5 @@
-"""The Jovian half of the sandbox: real lab, fork, dependency and build repos shaped like the runbook's world."""
+"""The Jovian half of the sandbox: real lab, fork, dependency
+and build repos shaped like the runbook's world."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 import shutil
 import subprocess
 import tomllib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -23,19 +24,24 @@ from sandbox.jovian_world import PACKAGES, REPOS, JovianRepos, lock_path, new_la
 from sandbox.processes import command_lines
 from sandbox.world import Sandbox, up
 
-FIXTURE_LOCK = Path(__file__).resolve().parents[1] / "corpus" / "lab" / "r35.source.lock"  # the lab's real r35 lock
+# the lab's real r35 lock
+FIXTURE_LOCK = Path(__file__).resolve().parents[1] / "corpus" / "lab" / "r35.source.lock"
 SHA = re.compile(r"^[0-9a-f]{40}$")
 WINDOW_S = 30 * 60
 
 
 def bare(url: str) -> git.Repo:
-    """The bare repo behind a fork's URL: the forks and their deps are served by the sandbox's git daemon
-    (a build clones them from inside an engine), read here from the base path of the daemon on that port."""
+    """The bare repo behind a fork's URL: the forks and
+    their deps are served by the sandbox's git daemon
+    (a build clones them from inside an engine), read
+    here from the base path of the daemon on that port."""
     parsed = urlparse(url)
     assert parsed.scheme == "git" and parsed.hostname == "127.0.0.1", url
     for _pid, argv in command_lines():
         if "daemon" in argv and f"--port={parsed.port}" in argv:
-            base = next(a.removeprefix("--base-path=") for a in argv if a.startswith("--base-path="))
+            base = next(
+                a.removeprefix("--base-path=") for a in argv if a.startswith("--base-path=")
+            )
             return git.Repo(Path(base) / unquote(parsed.path).lstrip("/"))
     raise AssertionError(f"no git daemon serves {url}")
 
@@ -47,12 +53,20 @@ def lab_lock(sb: Sandbox, rev: str) -> dict[str, str]:
 
 
 def commit_time(lock: dict[str, str], pkg: str) -> datetime:
-    return bare(lock[f"{pkg}.repository"]).commit(lock[f"{pkg}.commit"]).committed_datetime.astimezone(timezone.utc)
+    return (
+        bare(lock[f"{pkg}.repository"])
+        .commit(lock[f"{pkg}.commit"])
+        .committed_datetime.astimezone(UTC)
+    )
 
 
 def all_refs(sb: Sandbox) -> dict[str, str]:
-    return {name: git.Repo(sb.repos / f"{name}.git").git.for_each_ref("--format=%(objectname) %(refname)")
-            for name in REPOS}
+    return {
+        name: git.Repo(sb.repos / f"{name}.git").git.for_each_ref(
+            "--format=%(objectname) %(refname)"
+        )
+        for name in REPOS
+    }
 
 
 def vllm_cmake(sb: Sandbox, commit: str) -> dict[str, str]:
@@ -65,16 +79,24 @@ def vllm_cmake(sb: Sandbox, commit: str) -> dict[str, str]:
 
 
 def cmake_deps(files: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """name -> (GIT_REPOSITORY, GIT_TAG) on the CUDA path, variables resolved: a test-sized dep-table reader."""
+    """name -> (GIT_REPOSITORY, GIT_TAG) on the CUDA path,
+    variables resolved: a test-sized dep-table reader."""
     top = files["CMakeLists.txt"]
     top_vars = dict(re.findall(r'set\((\w+) "([^"]*)"', top))
     deps: dict[str, tuple[str, str]] = {}
     for path, text in files.items():
         if path == "CMakeLists.txt":
             continue
-        cuda = re.sub(r'if\(VLLM_GPU_LANG STREQUAL "HIP"\)(.*?)else\(\)(.*?)endif\(\)', r"\2", text, flags=re.S)
+        cuda = re.sub(
+            r'if\(VLLM_GPU_LANG STREQUAL "HIP"\)(.*?)else\(\)(.*?)endif\(\)',
+            r"\2",
+            text,
+            flags=re.DOTALL,
+        )
         variables = {**top_vars, **dict(re.findall(r'set\((\w+) "([^"]*)"', cuda))}
-        for name, body in re.findall(r"FetchContent_(?:Declare|Populate)\(\s*(\w+)(.*?)\n\s*\)", cuda, re.S):
+        for name, body in re.findall(
+            r"FetchContent_(?:Declare|Populate)\(\s*(\w+)(.*?)\n\s*\)", cuda, re.DOTALL
+        ):
             repo = re.search(r"GIT_REPOSITORY\s+(\S+)", body)
             tag = re.search(r"GIT_TAG\s+(\S+)", body)
             if repo and tag:
@@ -88,8 +110,13 @@ def _resolve(value: str, variables: dict[str, str]) -> str:
 
 
 def fetch_deps_gates(sb: Sandbox) -> dict[str, tuple[str, str]]:
-    script = git.Repo(sb.repos / "docker-images.git").git.show("main:jovian-judgement/fetch-deps.sh")
-    return {name: (repo, tag) for name, repo, tag in re.findall(r"^gate (\S+)\s+(\S+)\s+(\S+)$", script, re.M)}
+    script = git.Repo(sb.repos / "docker-images.git").git.show(
+        "main:jovian-judgement/fetch-deps.sh"
+    )
+    return {
+        name: (repo, tag)
+        for name, repo, tag in re.findall(r"^gate (\S+)\s+(\S+)\s+(\S+)$", script, re.MULTILINE)
+    }
 
 
 def run(*args: str) -> str:
@@ -111,8 +138,16 @@ def test_up_creates_the_jovian_world_idempotently_and_the_site_points_at_it(sb: 
     assert j is not None
     w = JovianRepos(repos=sb.repos)
     assert (j.lab_repo, j.lab_branch) == (w.url("rtx6kpro"), "master")
-    assert (j.build_repo, j.build_branch, j.build_dir) == (w.url("docker-images"), "main", "jovian-judgement")
-    assert j.integration_branches == {"vllm": "integration/*", "b12x": "integration/*", "lmcache": "glm53-*"}
+    assert (j.build_repo, j.build_branch, j.build_dir) == (
+        w.url("docker-images"),
+        "main",
+        "jovian-judgement",
+    )
+    assert j.integration_branches == {
+        "vllm": "integration/*",
+        "b12x": "integration/*",
+        "lmcache": "glm53-*",
+    }
     assert j.cut_window_minutes == 30
 
     # A partial world is rebuilt, and the history is deterministic: the same shas come back.
@@ -156,7 +191,8 @@ def test_r27_lock_is_a_clean_cut_with_real_trees_and_every_fixture_key(sb: Sandb
     vllm = git.Repo(sb.repos / "vllm.git")
     assert lock["vllm.native.cmake.tree"] == vllm.git.rev_parse(f"{lock['vllm.commit']}:cmake")
 
-    # Each pin is the tip of an integration branch the site's globs find (through lockstep's own git).
+    # Each pin is the tip of an integration branch the
+    # site's globs find (through lockstep's own git).
     site = load_site(sb.site_file)
     assert site.jovian is not None
     remotes = git_for(site, cache_dir=str(sb.root / "cache"), timeout_s=60)
@@ -166,7 +202,9 @@ def test_r27_lock_is_a_clean_cut_with_real_trees_and_every_fixture_key(sb: Sandb
         assert lock[f"{pkg}.commit"] in heads.values(), (pkg, heads)
         assert remotes.tree_of(url=url, sha=lock[f"{pkg}.commit"]) == lock[f"{pkg}.tree"]
     assert "main" in remotes.ls_remote_heads(url=lock["vllm.repository"])
-    assert "integration/glm53-r27-release-20260906" in remotes.ls_remote_heads(url=lock["vllm.repository"])
+    assert "integration/glm53-r27-release-20260906" in remotes.ls_remote_heads(
+        url=lock["vllm.repository"]
+    )
 
 
 def test_flashmla_pin_vendors_cutlass_as_a_real_gitlink(sb: Sandbox, tmp_path: Path) -> None:
@@ -179,7 +217,9 @@ def test_flashmla_pin_vendors_cutlass_as_a_real_gitlink(sb: Sandbox, tmp_path: P
     assert (mode, kind) == ("160000", "commit")
     cutlass = git.Repo(sb.repos / "cutlass.git")
     assert cutlass.commit(target).hexsha == target
-    assert f"url = {JovianRepos(repos=sb.repos).url('cutlass')}" in flashmla.git.show(f"{pin}:.gitmodules")
+    assert f"url = {JovianRepos(repos=sb.repos).url('cutlass')}" in flashmla.git.show(
+        f"{pin}:.gitmodules"
+    )
 
     # A plain clone leaves the gitlink an empty dir; `submodule update` really populates it.
     wt = tmp_path / "flashmla"
@@ -197,19 +237,42 @@ def test_vllm_cmake_uses_the_real_patterns(sb: Sandbox) -> None:
     text = "\n".join(files.values())
     assert 'set(CUTLASS_REVISION "v4.4.2"' in files["CMakeLists.txt"]
     assert "GIT_TAG ${CUTLASS_REVISION}" in text and "$ENV{VLLM_CUTLASS_SRC_DIR}" in text
-    assert re.search(r"GIT_REPOSITORY git://\S+/flashmla\.git\s+GIT_TAG [0-9a-f]{40}\s+GIT_SUBMODULES \"csrc/cutlass\"", text)
-    assert 'set(_FLASHKDA_UPSTREAM_REPO "git://' in text and "GIT_TAG ${_FLASHKDA_UPSTREAM_TAG}" in text
-    hip = re.search(r'if\(VLLM_GPU_LANG STREQUAL "HIP"\)\s+set\(TRITON_GIT "(\S+)"\)\s+else\(\)\s+set\(TRITON_GIT "(\S+)"\)', text)
-    assert hip and hip.group(1).endswith("/triton-rocm.git") and hip.group(2).endswith("/triton.git")
+    assert re.search(
+        (
+            r"GIT_REPOSITORY git://\S+/flashmla\.git\s+GIT_TAG [0-9a-f]{40}\s+GIT_SUBMODULES "
+            r"\"csrc/cutlass\""
+        ),
+        text,
+    )
+    assert (
+        'set(_FLASHKDA_UPSTREAM_REPO "git://' in text
+        and "GIT_TAG ${_FLASHKDA_UPSTREAM_TAG}" in text
+    )
+    hip = re.search(
+        (
+            r'if\(VLLM_GPU_LANG STREQUAL "HIP"\)\s+set\(TRITON_GIT '
+            r'"(\S+)"\)\s+else\(\)\s+set\(TRITON_GIT "(\S+)"\)'
+        ),
+        text,
+    )
+    assert (
+        hip and hip.group(1).endswith("/triton-rocm.git") and hip.group(2).endswith("/triton.git")
+    )
     assert text.count("FetchContent_Populate(") == 1
 
     deps = cmake_deps(files)
     assert sorted(deps) == ["cutlass", "flashkda", "flashmla", "triton"]
     for name, (url, tag) in deps.items():
         target = bare(url)
-        assert target.commit(tag).hexsha if SHA.match(tag) else target.tags[tag].commit.hexsha, (name, tag)
+        assert target.commit(tag).hexsha if SHA.match(tag) else target.tags[tag].commit.hexsha, (
+            name,
+            tag,
+        )
     assert deps["triton"][1] == "v3.5.1" and deps["cutlass"][1] == "v4.4.2"
-    assert bare(deps["triton"][0]).tags["v3.5.1"] and git.Repo(sb.repos / "triton-rocm.git").tags["v3.5.1"]
+    assert (
+        bare(deps["triton"][0]).tags["v3.5.1"]
+        and git.Repo(sb.repos / "triton-rocm.git").tags["v3.5.1"]
+    )
 
 
 # -- the build repo -------------------------------------------------------------------------------
@@ -218,26 +281,38 @@ def test_vllm_cmake_uses_the_real_patterns(sb: Sandbox) -> None:
 def test_build_repo_holds_the_r27_contract(sb: Sandbox, tmp_path: Path) -> None:
     build = git.Repo(sb.repos / "docker-images.git")
     lock = lab_lock(sb, "r27")
-    env = dict(line.split("=", 1) for line in build.git.show("main:jovian-judgement/versions.env").splitlines()
-               if line and not line.startswith("#"))
+    env = dict(
+        line.split("=", 1)
+        for line in build.git.show("main:jovian-judgement/versions.env").splitlines()
+        if line and not line.startswith("#")
+    )
     site = load_site(sb.site_file)
     assert site.jovian is not None
     for lock_key, env_key in site.jovian.versions_keys.items():
         assert env[env_key] == lock[lock_key], env_key
     assert (env["CUDA_VERSION"], env["TORCH_VERSION"]) == ("13.2", "2.13.0")
     files = build.git.ls_tree("-r", "--name-only", "main").splitlines()
-    for path in ("jovian-judgement/Dockerfile", "jovian-judgement/build.sh", "jovian-judgement/profiles/.keep",
-                 "jovian-judgement/fetch-deps.sh"):
+    for path in (
+        "jovian-judgement/Dockerfile",
+        "jovian-judgement/build.sh",
+        "jovian-judgement/profiles/.keep",
+        "jovian-judgement/fetch-deps.sh",
+    ):
         assert path in files
 
     recipe_text = build.git.show("main:recipes/glm53-2x/recipe.toml")
     recipe = tomllib.loads(recipe_text)
     assert recipe["docker_image"] == "jovian-judgement:r27-glm53"
     assert (recipe["docker_image_dir"], recipe["build_profile"]) == ("jovian-judgement", "r27")
-    at = {k: re.search(rf"^{re.escape(k)}", recipe_text, re.M).start()  # type: ignore[union-attr]
-          for k in ("build_profile =", "[[extra_mounts]]", "[build.versions]")}
+    at = {
+        k: re.search(rf"^{re.escape(k)}", recipe_text, re.MULTILINE).start()  # type: ignore[union-attr]
+        for k in ("build_profile =", "[[extra_mounts]]", "[build.versions]")
+    }
     assert at["build_profile ="] < at["[[extra_mounts]]"] < at["[build.versions]"]
-    assert all("build_profile" not in m for m in recipe["extra_mounts"]) and "versions" in recipe["build"]
+    assert (
+        all("build_profile" not in m for m in recipe["extra_mounts"])
+        and "versions" in recipe["build"]
+    )
 
     # The gate list is the r27 tree's CUDA-path cmake deps, by name, repository and tag...
     assert fetch_deps_gates(sb) == cmake_deps(vllm_cmake(sb, lock["vllm.commit"]))
@@ -246,9 +321,19 @@ def test_build_repo_holds_the_r27_contract(sb: Sandbox, tmp_path: Path) -> None:
     git.Repo.clone_from(lock["vllm.repository"], src).git.checkout(lock["vllm.commit"])
     script = tmp_path / "fetch-deps.sh"
     script.write_text(build.git.show("main:jovian-judgement/fetch-deps.sh") + "\n")
-    done = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "VLLM_SRC": str(src),
-                                                      "DEPS": str(tmp_path / "deps"), "HOME": str(tmp_path)},
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        ["bash", str(script)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "VLLM_SRC": str(src),
+            "DEPS": str(tmp_path / "deps"),
+            "HOME": str(tmp_path),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "deps/flashmla/csrc/cutlass/.git").exists()
 
@@ -296,7 +381,9 @@ def test_half_cut_keeps_b12x_and_lmcache_at_the_previous_pins(sb: Sandbox) -> No
         assert (vllm_at - commit_time(r28, pkg)).total_seconds() > 3 * 60 * 60
         # Upstream moved on: the skipped fixes sit on the branch past the held pin.
         repo = bare(r28[f"{pkg}.repository"])
-        assert int(repo.git.rev_list("--count", f"{r28[f'{pkg}.commit']}..{rev.branches[pkg]}")) >= 2
+        assert (
+            int(repo.git.rev_list("--count", f"{r28[f'{pkg}.commit']}..{rev.branches[pkg]}")) >= 2
+        )
 
 
 def test_move_dep_moves_the_vllm_trees_cmake_pins(sb: Sandbox) -> None:

@@ -1,4 +1,5 @@
-"""`lockstep sandbox up` / `advance-harbor`: real repos, idempotent, shaped like the runbook's world."""
+"""`lockstep sandbox up` / `advance-harbor`: real
+repos, idempotent, shaped like the runbook's world."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def run(*args: str) -> str:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:
-    """Where the test's sandbox lives; `sandbox up` starts its nodes' engines: stopped by PID after."""
+    """Where the test's sandbox lives; `sandbox up`
+    starts its nodes' engines: stopped by PID after."""
     yield tmp_path / "sb"
     stop_sandbox(tmp_path / "sb")
 
@@ -47,7 +49,9 @@ def test_up_creates_real_repos_and_a_valid_site_and_is_idempotent(root: Path) ->
     pkg, src = lock.git_package("harbor")
     # The real consumer's shape: a direct reference following the branch, which uv locks as a rev.
     assert (pkg.version, src.rev, src.commit) == ("0.8.0", "penfever/working", heads[0])
-    assert f'"harbor[daytona] @ git+{harbor.as_uri()}@penfever/working"' in remote_file(consumer, "pyproject.toml")
+    assert f'"harbor[daytona] @ git+{harbor.as_uri()}@penfever/working"' in remote_file(
+        consumer, "pyproject.toml"
+    )
     dockerfile = remote_file(consumer, "docker/Dockerfile.tpu")
     assert f"ENV HARBOR_COMMIT={heads[0]}" in dockerfile and "--force-reinstall" in dockerfile
     assert ': "${GITSHA:?' in remote_file(consumer, "docker/build_tpu_kaniko.sh")
@@ -64,7 +68,11 @@ def test_up_makes_the_other_consumer_shape_when_asked(root: Path) -> None:
     run("sandbox", "up", "--dir", str(root), "--consumer-shape", "uv_source")
     consumer = root / "repos/openthoughts-agent.git"
     pyproject = remote_file(consumer, "pyproject.toml")
-    assert "[tool.uv.sources]" in pyproject and 'branch = "penfever/working"' in pyproject and "git+" not in pyproject
+    assert (
+        "[tool.uv.sources]" in pyproject
+        and 'branch = "penfever/working"' in pyproject
+        and "git+" not in pyproject
+    )
     src = UvLock.read(Path("uv.lock"), remote_file(consumer, "uv.lock")).git_package("harbor")[1]
     assert (src.branch, src.rev) == ("penfever/working", None)
 

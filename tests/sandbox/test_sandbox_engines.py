@@ -18,14 +18,23 @@ from sandbox.processes import alive, command_lines
 
 
 def engine_processes(engine: Engine) -> list[int]:
-    """Every process (dockerd, containerd, shims) whose command line names the engine's run dir or state."""
+    """Every process (dockerd, containerd, shims) whose
+    command line names the engine's run dir or state."""
     needles = (str(engine.run_dir), str(engine.state))
-    return [pid for pid, argv in command_lines() if any(n in word for word in argv for n in needles)]
+    return [
+        pid for pid, argv in command_lines() if any(n in word for word in argv for n in needles)
+    ]
 
 
 def docker(engine: Engine, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(DOCKER), *argv], env=engine.env(), capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [str(DOCKER), *argv],
+        env=engine.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_an_engine_runs_its_containers_and_stops_with_them_by_pid(tmp_path: Path) -> None:
@@ -35,11 +44,27 @@ def test_an_engine_runs_its_containers_and_stops_with_them_by_pid(tmp_path: Path
         assert engine.start() == pid  # idempotent: the running engine is kept
         assert engine.pid() == pid and alive(pid) and engine.socket.is_socket()
         engine.ensure_bases(["python"])
-        loaded = docker(engine, "image", "inspect", "--format", "{{.Id}}", "lockstep-sandbox/python:3.11").stdout
+        loaded = docker(
+            engine, "image", "inspect", "--format", "{{.Id}}", "lockstep-sandbox/python:3.11"
+        ).stdout
         engine.ensure_bases(["python"])  # already there: not loaded again
-        assert docker(engine, "image", "inspect", "--format", "{{.Id}}", "lockstep-sandbox/python:3.11").stdout == loaded
-        run = docker(engine, "run", "-d", "--network", "none", "lockstep-sandbox/python:3.11", "python", "-c",
-                     "import time; time.sleep(300)")
+        assert (
+            docker(
+                engine, "image", "inspect", "--format", "{{.Id}}", "lockstep-sandbox/python:3.11"
+            ).stdout
+            == loaded
+        )
+        run = docker(
+            engine,
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "lockstep-sandbox/python:3.11",
+            "python",
+            "-c",
+            "import time; time.sleep(300)",
+        )
         assert run.returncode == 0, run.stderr
         assert running_states(tmp_path) == [engine.state] and engine.state in engine_dirs(tmp_path)
         assert len(engine_processes(engine)) >= 3  # dockerd, containerd, the container's shim
@@ -56,7 +81,11 @@ def test_a_killed_engine_leaves_nothing_running_or_mounted_after_stop(tmp_path: 
     os.kill(pid, signal.SIGKILL)  # a crash: its data root stays mounted
 
     def mounts() -> list[str]:
-        return [line for line in Path("/proc/mounts").read_text().splitlines() if str(engine.state) in line]
+        return [
+            line
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if str(engine.state) in line
+        ]
 
     while alive(pid):
         time.sleep(0.05)
@@ -68,7 +97,9 @@ def test_a_killed_engine_leaves_nothing_running_or_mounted_after_stop(tmp_path: 
     shutil.rmtree(engine.state)
 
 
-def test_the_git_daemon_serves_the_sandbox_repos_keeps_its_port_and_stops_by_pid(tmp_path: Path) -> None:
+def test_the_git_daemon_serves_the_sandbox_repos_keeps_its_port_and_stops_by_pid(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "sandbox"
     bare = root / "repos" / "fork.git"
     git.Repo.init(bare, bare=True)
@@ -82,8 +113,13 @@ def test_the_git_daemon_serves_the_sandbox_repos_keeps_its_port_and_stops_by_pid
     port = server.ensure()
     try:
         assert server.ensure() == port and server.url(bare) == f"git://127.0.0.1:{port}/fork.git"
-        listed = subprocess.run(["git", "ls-remote", server.url(bare), "main"], capture_output=True, text=True,
-                                timeout=30, check=True)
+        listed = subprocess.run(
+            ["git", "ls-remote", server.url(bare), "main"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         assert listed.stdout.split() == [sha, "refs/heads/main"]
         assert [s.root for s in running_servers(tmp_path)] == [root]
         first = server.pid()
@@ -93,4 +129,6 @@ def test_the_git_daemon_serves_the_sandbox_repos_keeps_its_port_and_stops_by_pid
     finally:
         server.stop()
     with pytest.raises(subprocess.CalledProcessError):
-        subprocess.run(["git", "ls-remote", server.url(bare)], capture_output=True, timeout=30, check=True)
+        subprocess.run(
+            ["git", "ls-remote", server.url(bare)], capture_output=True, timeout=30, check=True
+        )

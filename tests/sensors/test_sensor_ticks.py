@@ -39,9 +39,13 @@ def opened(home: Path) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
 
 
-def tick(sensor: str, sb: Sandbox, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
+def tick(
+    sensor: str, sb: Sandbox, instance: dg.DagsterInstance, cursor: str | None
+) -> dg.SensorResult:
     """A tick over fresh resources (the daemon evaluates each tick in a fresh process), counted."""
-    result = sensor_tick(sensor, sandbox_resources(sb, Path(instance.root_directory) / "cache"), instance, cursor)
+    result = sensor_tick(
+        sensor, sandbox_resources(sb, Path(instance.root_directory) / "cache"), instance, cursor
+    )
     count(f"sensor ticks evaluated ({sensor})")
     return result
 
@@ -54,7 +58,9 @@ def move_lab(sb: Sandbox) -> str:
     return new_lab_rev(sb.root, "r28").lab_commit
 
 
-@pytest.mark.parametrize(("sensor", "move"), [("harbor_branch_sensor", move_harbor), ("lab_rev_sensor", move_lab)])
+@pytest.mark.parametrize(
+    ("sensor", "move"), [("harbor_branch_sensor", move_harbor), ("lab_rev_sensor", move_lab)]
+)
 def test_idle_ticks_request_nothing_and_one_change_requests_one_run(
     sensor: str, move: Callable[[Sandbox], str], sb: Sandbox, tmp_path: Path
 ) -> None:
@@ -72,8 +78,8 @@ def test_idle_ticks_request_nothing_and_one_change_requests_one_run(
     with opened(home) as instance:
         changed = tick(sensor, sb, instance, cursor)
         (request,) = changed.run_requests or []
-        # A tick the daemon evaluates twice (it died before storing the cursor) asks for the same run
-        # key, which the daemon starts once.
+        # A tick the daemon evaluates twice (it died before storing the cursor) asks for the same
+        # run key, which the daemon starts once.
         (again,) = tick(sensor, sb, instance, cursor).run_requests or []
         assert again.run_key == request.run_key and upstream in (changed.cursor or "")
         after = [tick(sensor, sb, instance, changed.cursor) for _ in range(3)]
@@ -83,12 +89,13 @@ def test_idle_ticks_request_nothing_and_one_change_requests_one_run(
 def test_an_edited_site_is_seen_on_the_next_tick_and_a_broken_edit_skips(
     sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The sandbox wrote its site moments ago, which the cache does not keep yet: let it, so these ticks
-    # are served from it. Every edit below changes the file's size.
+    # The sandbox wrote its site moments ago, which the cache does not keep yet: let it, so these
+    # ticks are served from it. Every edit below changes the file's size.
     monkeypatch.setattr(SiteCache, "SETTLED_NS", 0)
     resources = sandbox_resources(sb, tmp_path / "cache")
     wired = {"site": resources["site"], "git": resources["git"]}
-    pinned = {**wired, "site": site_resource(load_site(sb.site_file))}  # as a code location wires it
+    # as a code location wires it
+    pinned = {**wired, "site": site_resource(load_site(sb.site_file))}
 
     def reason(res: dict[str, object], cursor: str | None) -> str:
         with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
@@ -99,36 +106,48 @@ def test_an_edited_site_is_seen_on_the_next_tick_and_a_broken_edit_skips(
     text = sb.site_file.read_text(encoding="utf-8")
     with dg.instance_for_test() as instance:
         tip = tick("harbor_branch_sensor", sb, instance, None).cursor
-        assert "still at" in reason(wired, tip) and load_site(sb.site_file) is load_site(sb.site_file)
+        assert "still at" in reason(wired, tip) and load_site(sb.site_file) is load_site(
+            sb.site_file
+        )
 
-        sb.site_file.write_text(text.replace(f'harbor_branch = "{HARBOR_BRANCH}"', 'harbor_branch = "penfever/gone"'))
-        assert reason(wired, tip).startswith("branch penfever/gone on ")  # the edit, on the very next tick
+        sb.site_file.write_text(
+            text.replace(f'harbor_branch = "{HARBOR_BRANCH}"', 'harbor_branch = "penfever/gone"')
+        )
+        # the edit, on the very next tick
+        assert reason(wired, tip).startswith("branch penfever/gone on ")
         assert "changed since this code location loaded it" in reason(pinned, tip)
 
         broken = text.replace('memory = "64GB"', 'memory = "lots"')
         line = broken.splitlines().index('memory = "lots"') + 1
         sb.site_file.write_text(broken)
         for _ in range(2):  # never the config of before the edit, on any tick
-            assert reason(wired, tip).startswith(f"site file unusable: {sb.site_file}:{line}: [iris] memory")
+            assert reason(wired, tip).startswith(
+                f"site file unusable: {sb.site_file}:{line}: [iris] memory"
+            )
 
         sb.site_file.write_text(text)
         assert reason(wired, tip).endswith(f"still at {tip}")
 
 
-def test_a_moved_lab_tick_fetches_once(sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_moved_lab_tick_fetches_once(
+    sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with dg.instance_for_test() as instance:
         cursor = tick("lab_rev_sensor", sb, instance, None).cursor
         move_lab(sb)
         fetches: list[list[str]] = []
         real = subprocess.Popen.__init__
 
-        def counting(self: subprocess.Popen[bytes], args: list[str], *a: object, **kw: object) -> None:
+        def counting(
+            self: subprocess.Popen[bytes], args: list[str], *a: object, **kw: object
+        ) -> None:
             if "fetch" in args and Path(str(args[0])).name == "git":
                 fetches.append(list(args))
             real(self, args, *a, **kw)  # type: ignore[arg-type]
 
         monkeypatch.setattr(subprocess.Popen, "__init__", counting)
-        # A cold mirror cache (a new pod, a wiped cache): the tick lists the new tip and the last one seen.
+        # A cold mirror cache (a new pod, a wiped cache):
+        # the tick lists the new tip and the last one seen.
         cold = sandbox_resources(sb, tmp_path / "cold-cache")
         with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
             (request,) = lab_sensor(cold)(context).run_requests or []
@@ -137,36 +156,50 @@ def test_a_moved_lab_tick_fetches_once(sb: Sandbox, tmp_path: Path, monkeypatch:
     assert "--depth=1" in fetch and cursor in " ".join(fetch) and request.partition_key == "r28"
 
 
-@pytest.mark.parametrize("sensor", ["harbor_branch_sensor", "consumer_rebuild_sensor", "lab_rev_sensor"])
+@pytest.mark.parametrize(
+    "sensor", ["harbor_branch_sensor", "consumer_rebuild_sensor", "lab_rev_sensor"]
+)
 def test_a_steady_tick_as_the_code_server_runs_it_is_one_ls_remote_and_nothing_built(
     sensor: str, sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What the daemon asks of the code location per tick (dagster/_grpc/impl.py), over the location's own
-    Definitions: a tick that declared a resource would open the instance from its ref and build each
+    """What the daemon asks of the code location per tick (dagster/_grpc/impl.py), over the
+    location's own Definitions: a tick that declared a resource
+    would open the instance from its ref and build each
     resource three times (sensors/tick_resources.py)."""
     site = load_site(sb.site_file)
-    repo = (jovian_build_defs if sensor == "lab_rev_sensor" else tpu_build_defs)(site).get_repository_def()
+    repo = (jovian_build_defs if sensor == "lab_rev_sensor" else tpu_build_defs)(
+        site
+    ).get_repository_def()
     (tmp_path / "home").mkdir()
     good = InstanceRef.from_dir(str(tmp_path / "home"))
     (tmp_path / "trap").mkdir()
     unopenable = InstanceRef.from_dir(str(tmp_path / "trap"))
     (tmp_path / "trap").rmdir()
-    (tmp_path / "trap").write_text("")  # a file where its storage would be: opening the instance fails
+    # a file where its storage would be: opening the instance fails
+    (tmp_path / "trap").write_text("")
 
     def evaluate(ref: InstanceRef, cursor: str | None) -> object:
-        return get_external_sensor_execution(repo, None, ref, sensor, None, None, cursor, [sensor, "tick"], None)
+        return get_external_sensor_execution(
+            repo, None, ref, sensor, None, None, cursor, [sensor, "tick"], None
+        )
 
-    first = evaluate(good, None)  # a moved tick reads the instance (the hold; the known builds or revs)
+    # a moved tick reads the instance (the hold; the known builds or revs)
+    first = evaluate(good, None)
     assert first.run_requests, first  # type: ignore[attr-defined]
     tip = first.cursor  # type: ignore[attr-defined]
-    assert isinstance(evaluate(unopenable, None), SensorExecutionErrorSnap)  # the trap springs when it is opened
+    # the trap springs when it is opened
+    assert isinstance(evaluate(unopenable, None), SensorExecutionErrorSnap)
 
     built: list[str] = []
     processes: list[list[str]] = []
     for cls in (SiteResource, GitRemotes):
-        def counting(self: object, *a: object, __init=cls.__init__, __name=cls.__name__, **kw: object) -> None:
+
+        def counting(
+            self: object, *a: object, __init=cls.__init__, __name=cls.__name__, **kw: object
+        ) -> None:
             built.append(__name)
             __init(self, *a, **kw)
+
         monkeypatch.setattr(cls, "__init__", counting)
     real = subprocess.Popen.__init__
 
@@ -179,13 +212,17 @@ def test_a_steady_tick_as_the_code_server_runs_it_is_one_ls_remote_and_nothing_b
     assert all(not isinstance(t, SensorExecutionErrorSnap) for t in steady), steady
     assert all(not t.run_requests and tip in (t.skip_message or "") for t in steady), steady  # type: ignore[attr-defined]
     assert built == []
-    assert [p[p.index("ls-remote")] if "ls-remote" in p else p for p in processes] == ["ls-remote"] * 3
+    assert [p[p.index("ls-remote")] if "ls-remote" in p else p for p in processes] == [
+        "ls-remote"
+    ] * 3
 
 
 def test_a_resource_a_tick_could_not_use_as_configured_is_refused_at_load() -> None:
     # Used directly, cache_dir would be the variable's name: the location refuses it as it loads.
     with pytest.raises(ValueError, match=r"resource 'git' sets cache_dir from the environment"):
-        harbor_sensor({"site": SiteResource(), "git": GitRemotes(cache_dir=dg.EnvVar("LOCKSTEP_GIT_CACHE"))})
+        harbor_sensor(
+            {"site": SiteResource(), "git": GitRemotes(cache_dir=dg.EnvVar("LOCKSTEP_GIT_CACHE"))}
+        )
     with pytest.raises(TypeError, match=r"resource 'site' is a GitRemotes, not the SiteResource"):
         lab_sensor({"site": GitRemotes(), "git": GitRemotes()})
 

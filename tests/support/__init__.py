@@ -1,1 +1,2 @@
-"""Test helpers that are not tests: servers, runs, hostile names, the canary scan, the shared worlds."""
+"""Test helpers that are not tests: servers, runs,
+hostile names, the canary scan, the shared worlds."""

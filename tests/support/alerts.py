@@ -1,4 +1,5 @@
-"""An HTTP receiver for alert posts, the sandbox site with a webhook, and a ticker of the alert sensor."""
+"""An HTTP receiver for alert posts, the sandbox site
+with a webhook, and a ticker of the alert sensor."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ SECRET_PATH = "/services/T0KEN-s3cret-alert-hook"
 
 
 class Receiver:
-    """Answers each POST with the next scripted status (then 200) and keeps the bodies it answered 2xx."""
+    """Answers each POST with the next scripted status
+    (then 200) and keeps the bodies it answered 2xx."""
 
     def __init__(self, statuses: list[int]) -> None:
         self.statuses = list(statuses)
@@ -29,7 +31,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 receiver.requests += 1
@@ -60,9 +62,16 @@ def with_webhook(sb: Sandbox, events: str = "") -> None:
     """The sandbox's site, whose [alerts] names no webhook, with one."""
     text = sb.site_file.read_text()
     assert SANDBOX_ALERTS in text
-    sb.site_file.write_text(text.replace(SANDBOX_ALERTS, (
-        f'[alerts]\nbase_url = "http://dagster.example:3000"\n\n[[alerts.webhook]]\nname = "ops"\n'
-        f'url_env = "{HOOK_ENV}"\n{events}\n')))
+    sb.site_file.write_text(
+        text.replace(
+            SANDBOX_ALERTS,
+            (
+                '[alerts]\nbase_url = "http://dagster.example:3000"\n\n[[alerts.webhook]]\nname '
+                '= "ops"\n'
+                f'url_env = "{HOOK_ENV}"\n{events}\n'
+            ),
+        )
+    )
 
 
 class Ticker:
@@ -74,8 +83,13 @@ class Ticker:
         self.seen: list[str] = []  # everything a tick hands back: cursors and skip reasons
 
     def __call__(self) -> dg.SensorResult:
-        with dg.build_sensor_context(cursor=self.cursor, instance=self.instance, resources=self.resources) as ctx:
+        with dg.build_sensor_context(
+            cursor=self.cursor, instance=self.instance, resources=self.resources
+        ) as ctx:
             result = tpu_defs.resolve_sensor_def("alert_sensor")(ctx)
         self.cursor = result.cursor
-        self.seen += [result.cursor or "", result.skip_reason.skip_message if result.skip_reason else ""]
+        self.seen += [
+            result.cursor or "",
+            result.skip_reason.skip_message if result.skip_reason else "",
+        ]
         return result

@@ -1,7 +1,8 @@
 """Servers that fail the way a remote does on a bad day, on 127.0.0.1, in one child process.
 
-Run as a script it listens on one free port per behaviour, prints ``{"behaviour": port, ...}`` as one
-JSON line once every socket listens, and serves until it is killed (start_broken/stop_broken, by PID):
+Run as a script it listens on one free port per behaviour, prints ``{"behaviour": port, ...}`` as
+one JSON line once every socket listens, and serves until
+it is killed (start_broken/stop_broken, by PID):
 
     reset   accepts, then closes with an RST (SO_LINGER 0): "connection reset by peer"
     silent  accepts and reads, never answers: a registry, git server or sshd that hangs
@@ -24,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BEHAVIOURS = ("reset", "silent", "html", "cut")
-PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1>nginx</body></html>\n"
+PAGE = (
+    b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad "
+    b"Gateway</h1>nginx</body></html>\n"
+)
 
 
 def _read_request(conn: socket.socket) -> bytes:
@@ -55,11 +59,21 @@ def _serve(behaviour: str, conn: socket.socket) -> None:
         if behaviour == "html":
             status = b"404 Not Found" if b"/missing" in line else b"502 Bad Gateway"
             body = b"" if head_only else PAGE
-            conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\nContent-Length: "
-                         + str(len(PAGE)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            conn.sendall(
+                b"HTTP/1.1 "
+                + status
+                + b"\r\nContent-Type: text/html\r\nContent-Length: "
+                + str(len(PAGE)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+                + body
+            )
         else:  # cut
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                         b"Content-Length: 1048576\r\nConnection: close\r\n\r\n" + b"\0" * (0 if head_only else 1000))
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                b"Content-Length: 1048576\r\nConnection: close\r\n\r\n"
+                + b"\0"
+                * (0 if head_only else 1000)
+            )
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
@@ -89,13 +103,18 @@ class BrokenServers:
 
 def start_broken() -> BrokenServers:
     """The server as our child; returns once it listens (it prints its ports only then)."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdout=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve())],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
         proc.wait(timeout=10)
-        raise RuntimeError(f"tests/support/broken_server.py exited {proc.returncode} before listening")
+        raise RuntimeError(
+            f"tests/support/broken_server.py exited {proc.returncode} before listening"
+        )
     return BrokenServers(proc=proc, ports=json.loads(line))
 
 

@@ -42,7 +42,8 @@ _MAX_INFLATE = 256 * 1024 * 1024  # a bound, so a hostile or huge blob cannot ea
 
 @dataclass(frozen=True)
 class Canary:
-    """A secret env var's stand-in value; `users` are the names it may be paired with in basic auth."""
+    """A secret env var's stand-in value; `users` are
+    the names it may be paired with in basic auth."""
 
     env: str
     value: str
@@ -84,8 +85,9 @@ class ScanReport:
     git_objects: int = 0
     excluded: list[Path] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    # Every directory walked, and when the walk began: a test proves the scan covered a place (e.g. a
-    # finished job's directory) and came after something ended, so a scan cannot pass by not looking.
+    # Every directory walked, and when the walk began: a test proves the scan covered a place (e.g.
+    # a finished job's directory) and came after something
+    # ended, so a scan cannot pass by not looking.
     walked: set[Path] = field(default_factory=set)
     started_ms: int = 0
 
@@ -171,21 +173,38 @@ def _scan_sqlite(path: Path, matcher: _Matcher, report: ScanReport) -> None:
     con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     con.text_factory = bytes
     try:
-        tables = [r[0].decode() for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        tables = [
+            r[0].decode()
+            for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
         for table in tables:
             quoted = '"' + table.replace('"', '""') + '"'
             for number, row in enumerate(con.execute(f"SELECT * FROM {quoted}")):
                 report.sqlite_rows += 1
-                matcher.match(b"\0".join(_cell_bytes(v) for v in row), f"sqlite {path} table {table} row {number}", report)
+                matcher.match(
+                    b"\0".join(_cell_bytes(v) for v in row),
+                    f"sqlite {path} table {table} row {number}",
+                    report,
+                )
     finally:
         con.close()
 
 
 def _scan_git(repo: Path, matcher: _Matcher, report: ScanReport) -> None:
     proc = subprocess.Popen(
-        ["git", "--git-dir", str(repo), "cat-file", "--batch-all-objects", "--batch", "--unordered"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            "git",
+            "--git-dir",
+            str(repo),
+            "cat-file",
+            "--batch-all-objects",
+            "--batch",
+            "--unordered",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None
     out = proc.stdout
     while header := out.readline():
@@ -196,16 +215,21 @@ def _scan_git(repo: Path, matcher: _Matcher, report: ScanReport) -> None:
         matcher.match(body, f"git {repo} object {sha.decode()} ({kind.decode()})", report)
     err = proc.stderr.read() if proc.stderr else b""
     if proc.wait() != 0:
-        raise RuntimeError(f"git cat-file --batch-all-objects in {repo} failed: {err.decode(errors='replace')}")
+        raise RuntimeError(
+            f"git cat-file --batch-all-objects in {repo} failed: {err.decode(errors='replace')}"
+        )
 
 
-def scan(canaries: Iterable[Canary], roots: Iterable[Path],
-         exclude: Callable[[Path], bool] = lambda _p: False) -> ScanReport:
+def scan(
+    canaries: Iterable[Canary],
+    roots: Iterable[Path],
+    exclude: Callable[[Path], bool] = lambda _p: False,
+) -> ScanReport:
     """Search every file, SQLite row and git object under `roots` (directories or files) for every
     canary (module docstring).
 
-    `exclude(path)` True leaves a file out (it is listed in `report.excluded`): for what lockstep did
-    not write, such as a simulated cluster's own record of a job's output.
+    `exclude(path)` True leaves a file out (it is listed in `report.excluded`): for what lockstep
+    did not write, such as a simulated cluster's own record of a job's output.
     """
     matcher = _Matcher(canaries)
     report = ScanReport(started_ms=int(time.time() * 1000))
@@ -222,13 +246,16 @@ def scan(canaries: Iterable[Canary], roots: Iterable[Path],
             report.walked.add(here)
             if _is_git_dir(here):
                 _scan_git(here, matcher, report)
-                dirs[:] = [d for d in dirs if d != "objects"]  # its objects were read whole, inflated
+                # its objects were read whole, inflated
+                dirs[:] = [d for d in dirs if d != "objects"]
             for name in files:
                 _scan_file(here / name, matcher, report, exclude)
     return report
 
 
-def _scan_file(path: Path, matcher: _Matcher, report: ScanReport, exclude: Callable[[Path], bool]) -> None:
+def _scan_file(
+    path: Path, matcher: _Matcher, report: ScanReport, exclude: Callable[[Path], bool]
+) -> None:
     if path.is_symlink() or not path.is_file():
         return
     if exclude(path):
@@ -247,5 +274,6 @@ def attest_key_canary() -> str:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()

@@ -4,8 +4,8 @@
   body one byte a second (what a registry behind a dying link does); each request line is logged.
 - ``silent``: accepts TCP connections and never sends a byte (a hung git daemon, sshd or registry).
 
-Run as ``python -m tests.support.fault_servers drip|silent PORT``; the context managers below do that, wait
-until the port answers, and stop the process by PID however the test ends.
+Run as ``python -m tests.support.fault_servers drip|silent PORT``; the context managers below do
+that, wait until the port answers, and stop the process by PID however the test ends.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from pathlib import Path
 from tests.support.servers import start_on_free_port, stop_process, wait_until_ready
 
 # A manifest-sized body: at one byte a second no test deadline sees its end.
-DRIP_BODY = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"' + b" " * 400 + b"}"
+DRIP_BODY = (
+    b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"'
+    + b" " * 400
+    + b"}"
+)
 DRIP_INTERVAL_S = 1.0
 
 
@@ -38,8 +42,11 @@ class FaultServer:
         return f"127.0.0.1:{self.port}"
 
     def requests(self) -> list[str]:
-        """The request lines the server logged (drip only), e.g. ``GET /v2/team/app/manifests/v1``."""
-        return [line for line in self.log.read_text().splitlines() if line.startswith(("GET ", "HEAD "))]
+        """The request lines the server logged (drip only), e.g. ``GET
+        /v2/team/app/manifests/v1``."""
+        return [
+            line for line in self.log.read_text().splitlines() if line.startswith(("GET ", "HEAD "))
+        ]
 
 
 class _Drip(BaseHTTPRequestHandler):
@@ -99,13 +106,24 @@ def start(kind: str, root: Path) -> FaultServer:
 
     def run(port: int) -> FaultServer:
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "tests.support.fault_servers", kind, str(port)],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=Path(__file__).resolve().parents[2])
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.fault_servers", kind, str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=Path(__file__).resolve().parents[2],
+            )
         server = FaultServer(proc=proc, port=port, log=log)
-        wait_until_ready(proc, lambda: _answers(port), timeout_s=15, interval_s=0.05, log=log, tail_chars=2000,
-                         stop=lambda: stop_process(proc, grace_s=2),
-                         message=lambda _code, tail: f"{kind} server did not listen on {port}; its log:\n{tail}")
+        wait_until_ready(
+            proc,
+            lambda: _answers(port),
+            timeout_s=15,
+            interval_s=0.05,
+            log=log,
+            tail_chars=2000,
+            stop=lambda: stop_process(proc, grace_s=2),
+            message=lambda _code, tail: f"{kind} server did not listen on {port}; its log:\n{tail}",
+        )
         return server
 
     return start_on_free_port(run)

@@ -24,6 +24,8 @@ class Upstream:
     def commit(self, name: str, text: str) -> str:
         (Path(self.work.working_dir) / name).write_text(text)
         self.work.index.add([name])
-        self.work.index.commit(f"edit {name}", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x"))
+        self.work.index.commit(
+            f"edit {name}", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x")
+        )
         self.work.git.push(self.url, f"HEAD:refs/heads/{BRANCH}")
         return self.work.head.commit.hexsha

@@ -1,4 +1,5 @@
-"""Building OCI/Docker images in Python (tar layers, whiteouts, links) and pushing them to a registry."""
+"""Building OCI/Docker images in Python (tar layers,
+whiteouts, links) and pushing them to a registry."""
 
 from __future__ import annotations
 
@@ -96,10 +97,15 @@ class Pushed:
     layer_digests: list[str]
 
 
-def oci_manifest(config: dict, layers: list[dict], media_type: str = OCI_MANIFEST,
-                 config_type: str = OCI_CONFIG) -> dict:
-    return {"schemaVersion": 2, "mediaType": media_type,
-            "config": {"mediaType": config_type, **config}, "layers": layers}
+def oci_manifest(
+    config: dict, layers: list[dict], media_type: str = OCI_MANIFEST, config_type: str = OCI_CONFIG
+) -> dict:
+    return {
+        "schemaVersion": 2,
+        "mediaType": media_type,
+        "config": {"mediaType": config_type, **config},
+        "layers": layers,
+    }
 
 
 def push_image(
@@ -112,27 +118,55 @@ def push_image(
     labels: dict[str, str] | None = None,
     docker: bool = False,
 ) -> Pushed:
-    """Push layers, a config and a manifest; docker=True writes a Docker v2 manifest instead of OCI."""
-    descs = [reg.push_blob(repository=repo, data=lay.blob, media_type=lay.media_type) for lay in layers]
-    config = {"architecture": arch, "os": "linux", "config": {"Labels": labels or {}},
-              "rootfs": {"type": "layers", "diff_ids": [lay.diff_id for lay in layers]}}
+    """Push layers, a config and a manifest; docker=True
+    writes a Docker v2 manifest instead of OCI."""
+    descs = [
+        reg.push_blob(repository=repo, data=lay.blob, media_type=lay.media_type) for lay in layers
+    ]
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        "config": {"Labels": labels or {}},
+        "rootfs": {"type": "layers", "diff_ids": [lay.diff_id for lay in layers]},
+    }
     config_type = "application/vnd.docker.container.image.v1+json" if docker else OCI_CONFIG
     cfg = reg.push_blob(repository=repo, data=json.dumps(config).encode(), media_type=config_type)
-    layer_json = [{"mediaType": DOCKER_LAYER_GZIP if docker else x.media_type, "digest": x.digest, "size": x.size}
-                  for x in descs]
-    doc = oci_manifest({"digest": cfg.digest, "size": cfg.size}, layer_json,
-                       DOCKER_MANIFEST if docker else OCI_MANIFEST, config_type)
+    layer_json = [
+        {
+            "mediaType": DOCKER_LAYER_GZIP if docker else x.media_type,
+            "digest": x.digest,
+            "size": x.size,
+        }
+        for x in descs
+    ]
+    doc = oci_manifest(
+        {"digest": cfg.digest, "size": cfg.size},
+        layer_json,
+        DOCKER_MANIFEST if docker else OCI_MANIFEST,
+        config_type,
+    )
     raw = json.dumps(doc).encode()
     digest = reg.push_manifest(repository=repo, raw=raw, media_type=doc["mediaType"], tag=tag)
     return Pushed(digest=digest, raw=raw, layer_digests=[x.digest for x in descs])
 
 
-def small_image(reg: Registry, repo: str, text: str, *, tag: str | None = None, arch: str = "amd64") -> Pushed:
+def small_image(
+    reg: Registry, repo: str, text: str, *, tag: str | None = None, arch: str = "amd64"
+) -> Pushed:
     return push_image(reg, repo, [layer(f("etc/which", text))], tag=tag, arch=arch)
 
 
-def push_index(reg: Registry, repo: str, entries: list[tuple[Pushed, str]], tag: str) -> tuple[str, bytes]:
-    manifests = [{"mediaType": OCI_MANIFEST, "digest": p.digest, "size": len(p.raw),
-                  "platform": {"os": "linux", "architecture": arch}} for p, arch in entries]
+def push_index(
+    reg: Registry, repo: str, entries: list[tuple[Pushed, str]], tag: str
+) -> tuple[str, bytes]:
+    manifests = [
+        {
+            "mediaType": OCI_MANIFEST,
+            "digest": p.digest,
+            "size": len(p.raw),
+            "platform": {"os": "linux", "architecture": arch},
+        }
+        for p, arch in entries
+    ]
     raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}).encode()
     return reg.push_manifest(repository=repo, raw=raw, media_type=OCI_INDEX, tag=tag), raw

@@ -1,14 +1,15 @@
 """The test session's leak check: every process a test session starts carries a marker in its
 environment, and whatever still carries it when the session ends has leaked.
 
-The controller (the `pytest` process, not an xdist worker) adds a fresh token to ``LOCKSTEP_TEST_SESSION``
-before any worker or test starts; every child inherits it through its environment: xdist workers, the
-servers tests start, a sandbox's ``dockerd`` and through it containerd and the shims. A token is added,
-not set, so a pytest run inside a test is checked by its own token and its processes still carry the
-outer one. At the end the controller reads ``/proc/*/environ``: a live process carrying its token (other
-than itself and its exiting xdist workers), and every process below one (a container's processes get
-their environment from the container, not from the shim that started them), has leaked. Leaks are
-stopped (SIGTERM, then SIGKILL: by process group when the group is not the controller's own) and named.
+The controller (the `pytest` process, not an xdist worker) adds a fresh token to
+``LOCKSTEP_TEST_SESSION`` before any worker or test starts; every child inherits it through its
+environment: xdist workers, the servers tests start, a sandbox's ``dockerd`` and through it
+containerd and the shims. A token is added, not set, so a pytest run inside a test is checked by its
+own token and its processes still carry the outer one. At the end the controller reads
+``/proc/*/environ``: a live process carrying its token (other than itself and its exiting xdist
+workers), and every process below one (a container's processes get their environment from the
+container, not from the shim that started them), has leaked. Leaks are stopped (SIGTERM, then
+SIGKILL: by process group when the group is not the controller's own) and named.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SESSION_ENV = "LOCKSTEP_TEST_SESSION"
-SETTLE_S = 10.0  # what is still exiting at session end (an xdist worker, a git cat-file it ran) gets this long
+# what is still exiting at session end (an xdist worker, a git cat-file it ran) gets this long
+SETTLE_S = 10.0
 STOP_GRACE_S = 5.0
-# The command line execnet starts an xdist worker with: `python -c "import sys;exec(eval(sys.stdin.readline()))"`.
+# The command line execnet starts an xdist worker with: `python -c "import
+# sys;exec(eval(sys.stdin.readline()))"`.
 _WORKER_BOOTSTRAP = b"exec(eval(sys.stdin.readline()))"
 
 
@@ -49,7 +52,7 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     """(state, ppid, pgrp) of a process, None once it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
-        state, ppid, pgrp = text[text.rindex(")") + 2:].split()[:3]
+        state, ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
         return state, int(ppid), int(pgrp)
     except (OSError, ValueError, IndexError):
         return None
@@ -61,13 +64,22 @@ def _carries(pid: int, token: str) -> bool:
     except OSError:
         return False
     prefix = f"{SESSION_ENV}=".encode()
-    return any(token in entry[len(prefix):].decode(errors="replace").split()
-               for entry in environ.split(b"\0") if entry.startswith(prefix))
+    return any(
+        token in entry[len(prefix) :].decode(errors="replace").split()
+        for entry in environ.split(b"\0")
+        if entry.startswith(prefix)
+    )
 
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
     except OSError:
         return "?"
 
@@ -75,7 +87,11 @@ def _cmdline(pid: int) -> str:
 def _xdist_worker(pid: int, parent: int) -> bool:
     stat = _stat(pid)
     with contextlib.suppress(OSError):
-        return stat is not None and stat[1] == parent and _WORKER_BOOTSTRAP in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return (
+            stat is not None
+            and stat[1] == parent
+            and _WORKER_BOOTSTRAP in Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
     return False
 
 
@@ -85,7 +101,9 @@ def find(token: str, *, me: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None and stat[0] != "Z":
             live[int(entry.name)] = stat
-    marked = {pid for pid in live if pid != me and _carries(pid, token) and not _xdist_worker(pid, me)}
+    marked = {
+        pid for pid in live if pid != me and _carries(pid, token) and not _xdist_worker(pid, me)
+    }
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _) in live.items():
         children.setdefault(ppid, []).append(pid)

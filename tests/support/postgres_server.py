@@ -3,15 +3,16 @@
 Everything lives in one throw-away directory: the cluster made by ``initdb`` (trust auth, and only
 for 127.0.0.1), the unix socket, the server log. The server is ``postgres -D DATA`` started as our
 child on a free port, polled until it accepts connections, and stopped by its PID (``pg_ctl stop -m
-fast``, then a kill if it is still alive); the loops are tests/support/servers.py's. The machine's own cluster
-(port 5432, /var/lib/postgresql) is never touched.
+fast``, then a kill if it is still alive); the loops are tests/support/servers.py's. The machine's
+own cluster (port 5432, /var/lib/postgresql) is never touched.
 
 Binaries are found the Debian way, in ``/usr/lib/postgresql/<major>/bin`` (the newest major), since
 ``apt-get install postgresql`` does not put ``initdb`` on PATH; ``LOCKSTEP_PG_BIN`` overrides it.
-PostgreSQL refuses to run as root: when the tests run as root (CI does), ``initdb``, ``postgres`` and
-``pg_ctl`` run as the unprivileged ``postgres`` user the Debian package creates (``LOCKSTEP_PG_USER``
-overrides it), through ``setpriv``, which execs (so the PID we hold is the postmaster's own), and the
-directory is created outside pytest's root-only tmp tree and owned by that user.
+PostgreSQL refuses to run as root: when the tests run as root (CI does), ``initdb``, ``postgres``
+and ``pg_ctl`` run as the unprivileged ``postgres`` user the Debian package creates
+(``LOCKSTEP_PG_USER`` overrides it), through ``setpriv``, which execs (so the PID we hold is the
+postmaster's own), and the directory is created outside
+pytest's root-only tmp tree and owned by that user.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from tests.support.servers import start_on_free_port, stop_process, wait_until_r
 PG_BIN_ENV = "LOCKSTEP_PG_BIN"
 PG_USER_ENV = "LOCKSTEP_PG_USER"
 INSTALL_HINT = "apt-get install postgresql; ./dev setup does"
-# The cluster's superuser and first database: throw-away names, with trust auth there is no password.
+# The cluster's superuser and first database: throw-away
+# names, with trust auth there is no password.
 SUPERUSER = "lockstep"
 DEFAULT_DB = "lockstep"
 _TOOLS = ("initdb", "postgres", "pg_ctl")
@@ -60,7 +62,9 @@ class PgDatabase:
         return f"postgresql+psycopg2://{self.user}@{self.host}:{self.port}/{self.db}"
 
     def connect(self) -> psycopg2.extensions.connection:
-        return psycopg2.connect(host=self.host, port=self.port, user=self.user, dbname=self.db, connect_timeout=5)
+        return psycopg2.connect(
+            host=self.host, port=self.port, user=self.user, dbname=self.db, connect_timeout=5
+        )
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         conn = self.connect()
@@ -107,7 +111,9 @@ class PostgresServer:
 
     def create_database(self, name: str) -> PgDatabase:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
-            raise ValueError(f"database name {name!r}: use lower-case letters, digits and _ (at most 63)")
+            raise ValueError(
+                f"database name {name!r}: use lower-case letters, digits and _ (at most 63)"
+            )
         conn = self.database("postgres").connect()
         conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
         try:
@@ -124,12 +130,17 @@ class PostgresServer:
 
 
 def find_bin_dir() -> Path:
-    """`LOCKSTEP_PG_BIN`, else the newest /usr/lib/postgresql/<major>/bin that has every tool we run."""
+    """`LOCKSTEP_PG_BIN`, else the newest
+    /usr/lib/postgresql/<major>/bin that has every tool we run."""
     override = os.environ.get(PG_BIN_ENV)
-    candidates = [Path(override)] if override else sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda p: [int(x) for x in re.findall(r"\d+", p.parent.name)] or [0],
-        reverse=True,
+    candidates = (
+        [Path(override)]
+        if override
+        else sorted(
+            Path("/usr/lib/postgresql").glob("*/bin"),
+            key=lambda p: [int(x) for x in re.findall(r"\d+", p.parent.name)] or [0],
+            reverse=True,
+        )
     )
     for bin_dir in candidates:
         if all(os.access(bin_dir / tool, os.X_OK) for tool in _TOOLS):
@@ -150,7 +161,8 @@ def _unprivileged_user() -> str | None:
         pwd.getpwnam(name)
     except KeyError:
         raise PostgresNotInstalled(
-            f"the tests run as root and PostgreSQL refuses to; there is no user {name!r} to run it as: "
+            f"the tests run as root and PostgreSQL refuses to; there is no user {name!r} to run "
+            "it as: "
             f"{INSTALL_HINT} (it creates `postgres`), or set {PG_USER_ENV} to an unprivileged user"
         ) from None
     return name
@@ -161,12 +173,21 @@ def _as_user(run_as: str | None, argv: list[str]) -> list[str]:
         return argv
     entry = pwd.getpwnam(run_as)
     # setpriv execs the command (runuser forks and waits), so Popen's PID is the postmaster itself.
-    return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--", *argv]
+    return [
+        "setpriv",
+        f"--reuid={entry.pw_uid}",
+        f"--regid={entry.pw_gid}",
+        "--init-groups",
+        "--",
+        *argv,
+    ]
 
 
 def _accepts(port: int, user: str) -> bool:
     try:
-        psycopg2.connect(host="127.0.0.1", port=port, user=user, dbname="postgres", connect_timeout=1).close()
+        psycopg2.connect(
+            host="127.0.0.1", port=port, user=user, dbname="postgres", connect_timeout=1
+        ).close()
         return True
     except psycopg2.OperationalError:  # refused, or "the database system is starting up"
         return False
@@ -174,12 +195,31 @@ def _accepts(port: int, user: str) -> bool:
 
 def _initdb(bin_dir: Path, root: Path, run_as: str | None) -> None:
     data = root / "data"
-    argv = [str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
-            "--no-locale", "--no-sync", "--no-instructions"]
-    done = subprocess.run(_as_user(run_as, argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=120, cwd=root, check=False)
+    argv = [
+        str(bin_dir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        SUPERUSER,
+        "--auth=trust",
+        "--encoding=UTF8",
+        "--no-locale",
+        "--no-sync",
+        "--no-instructions",
+    ]
+    done = subprocess.run(
+        _as_user(run_as, argv),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        check=False,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"initdb failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"initdb failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     # Only TCP from 127.0.0.1 is trusted; no other host and no unix-socket login.
     (data / "pg_hba.conf").write_text("host all all 127.0.0.1/32 trust\n")
     _give(data / "pg_hba.conf", run_as)
@@ -193,11 +233,13 @@ def _give(path: Path, run_as: str | None) -> None:
 
 
 def start_postgres(*, ready_timeout_s: float = 30.0) -> PostgresServer:
-    """initdb into a fresh directory and start postgres on a free 127.0.0.1 port; returns when it accepts
+    """initdb into a fresh directory and start postgres
+    on a free 127.0.0.1 port; returns when it accepts
     connections and the default database exists."""
     bin_dir = find_bin_dir()
     run_as = _unprivileged_user()
-    # Not under pytest's tmp tree: as root that tree is 0700 and the postgres user could not enter it.
+    # Not under pytest's tmp tree: as root that tree
+    # is 0700 and the postgres user could not enter it.
     root = Path(tempfile.mkdtemp(prefix="lockstep-pg-"))
     try:
         (root / "run").mkdir()
@@ -214,20 +256,32 @@ def start_postgres(*, ready_timeout_s: float = 30.0) -> PostgresServer:
                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
             ]  # fmt: skip
             with open(root / "postgres.log", "ab") as log:
-                proc = subprocess.Popen(_as_user(run_as, argv), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, cwd=root)
+                proc = subprocess.Popen(
+                    _as_user(run_as, argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=root,
+                )
             server = PostgresServer(proc=proc, root=root, port=port, bin_dir=bin_dir, run_as=run_as)
             wait_until_ready(
-                proc, lambda: _accepts(port, SUPERUSER), timeout_s=ready_timeout_s, interval_s=0.1, log=server.log,
-                tail_chars=3000, stop=lambda: _stop_process(server),
+                proc,
+                lambda: _accepts(port, SUPERUSER),
+                timeout_s=ready_timeout_s,
+                interval_s=0.1,
+                log=server.log,
+                tail_chars=3000,
+                stop=lambda: _stop_process(server),
                 message=lambda _returncode, tail: (
-                    f"postgres did not accept connections within {ready_timeout_s} s; its log:\n{tail}"
+                    f"postgres did not accept connections within {ready_timeout_s} s; its "
+                    f"log:\n{tail}"
                 ),
             )
             try:
                 server.create_database(DEFAULT_DB)
             except BaseException:
-                _stop_process(server)  # the directory is removed below: leave no postmaster serving it
+                # the directory is removed below: leave no postmaster serving it
+                _stop_process(server)
                 raise
             return server
 
@@ -238,14 +292,32 @@ def start_postgres(*, ready_timeout_s: float = 30.0) -> PostgresServer:
 
 
 def _stop_process(server: PostgresServer) -> None:
-    """Stop exactly the postmaster we started: pg_ctl's fast shutdown, then its PID if it is still alive."""
+    """Stop exactly the postmaster we started: pg_ctl's
+    fast shutdown, then its PID if it is still alive."""
     proc = server.proc
     if proc.poll() is None:
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            argv = [str(server.bin_dir / "pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w", "-t", "15"]
-            subprocess.run(_as_user(server.run_as, argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=False)
-        # pg_ctl has asked for the shutdown (not SIGTERM: that is postgres's "smart" mode, which waits for
-        # clients); the kill is for a postmaster still there. Backends exit on their own once it is gone.
+            argv = [
+                str(server.bin_dir / "pg_ctl"),
+                "stop",
+                "-D",
+                str(server.data),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "15",
+            ]
+            subprocess.run(
+                _as_user(server.run_as, argv),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=20,
+                check=False,
+            )
+        # pg_ctl has asked for the shutdown (not SIGTERM: that is postgres's "smart" mode, which
+        # waits for clients); the kill is for a postmaster still
+        # there. Backends exit on their own once it is gone.
         stop_process(proc, grace_s=10, sigterm=False)
 
 

@@ -14,11 +14,13 @@ With ``auth=True`` it also plays ghcr's bearer auth itself: a request without a 
 gets ``401 WWW-Authenticate: Bearer realm="http://127.0.0.1:<port>/token",service=..,scope=..``;
 ``/token`` issues tokens and records the scope of each request; a token whose scope lacks ``push``
 gets 403 DENIED on a write (as ghcr answers); a repository in ``unreadable`` answers 404
-NAME_UNKNOWN (as ghcr does for a package the token cannot read); for a repository in ``pull_only`` the
-token endpoint grants `pull` whatever was asked (a token without write:packages), so a write gets 403.
-The registry behind it has no auth.
+NAME_UNKNOWN (as ghcr does for a package the token cannot read); for a repository in ``pull_only``
+the token endpoint grants `pull` whatever was asked
+(a token without write:packages), so a write gets
+403. The registry behind it has no auth.
 
-It is a thread in the test process, not a child process: `stop()` shuts it down and closes its socket.
+It is a thread in the test process, not a child
+process: `stop()` shuts it down and closes its socket.
 """
 
 from __future__ import annotations
@@ -38,8 +40,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.support.report import count
 
-_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
-                "proxy-authorization", "proxy-connection"}
+_HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+    "proxy-authorization",
+    "proxy-connection",
+}
 _REPO_PATH = re.compile(r"^/v2/(?P<name>.+?)/(?:manifests|blobs|tags)/")
 
 
@@ -52,7 +63,9 @@ class Fault:
 
     @classmethod
     def status_code(cls, status: int, *, retry_after: str | None = None) -> Fault:
-        return cls("status", status=status, headers=(("Retry-After", retry_after),) if retry_after else ())
+        return cls(
+            "status", status=status, headers=(("Retry-After", retry_after),) if retry_after else ()
+        )
 
     @classmethod
     def reset(cls, *, after: int) -> Fault:
@@ -77,7 +90,8 @@ class Seen:
     path: str
     headers: dict[str, str]
     fault: str | None
-    status: int = 0  # set as the status line is sent, so a client never sees an answer not yet recorded
+    # set as the status line is sent, so a client never sees an answer not yet recorded
+    status: int = 0
 
 
 @dataclass
@@ -106,7 +120,9 @@ class RegistryProxy:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
 
     @property
     def host(self) -> str:
@@ -136,7 +152,7 @@ class RegistryProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- used by the handler ------------------------------------------------------------------------
+    # -- used by the handler -----------------------------------------------------------------------
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -154,7 +170,11 @@ class RegistryProxy:
             kind, _, rest = item.partition(":")
             name, _, actions = rest.rpartition(":")
             if kind == "repository" and name:
-                granted |= {(name, a) for a in actions.split(",") if a and (a == "pull" or name not in self.pull_only)}
+                granted |= {
+                    (name, a)
+                    for a in actions.split(",")
+                    if a and (a == "pull" or name not in self.pull_only)
+                }
         self._tokens[token] = granted
         return token
 
@@ -197,7 +217,9 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
             body = self.read_body()
             path = self.path
             fault = proxy._take_fault(self.command, urlsplit(path).path)
-            self.record = Seen(self.command, path, dict(self.headers.items()), fault.kind if fault else None)
+            self.record = Seen(
+                self.command, path, dict(self.headers.items()), fault.kind if fault else None
+            )
             proxy.seen.append(self.record)
             self.answer(path, body, fault)
 
@@ -221,7 +243,9 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
         def answer(self, path: str, body: bytes, fault: Fault | None) -> int:
             url = urlsplit(path)
             if fault is not None and fault.kind == "status":
-                return self.send(fault.status, _error("UNAVAILABLE", "injected fault"), dict(fault.headers))
+                return self.send(
+                    fault.status, _error("UNAVAILABLE", "injected fault"), dict(fault.headers)
+                )
             if fault is not None and fault.kind == "head_digest" and self.command == "HEAD":
                 return self.send(200, b"", dict(fault.headers))
             if proxy.auth and url.path == "/token":
@@ -232,8 +256,12 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
 
         def token(self, query: str) -> int:
             params = {k: v[0] for k, v in parse_qs(query).items()}
-            proxy.token_requests.append({**params, "basic": str(bool(self.headers.get("Authorization")))})
-            return self.send(200, json.dumps({"token": proxy._issue(params.get("scope", ""))}).encode())
+            proxy.token_requests.append(
+                {**params, "basic": str(bool(self.headers.get("Authorization")))}
+            )
+            return self.send(
+                200, json.dumps({"token": proxy._issue(params.get("scope", ""))}).encode()
+            )
 
         def check_auth(self, path: str) -> int | None:
             match = _REPO_PATH.match(path)
@@ -246,17 +274,28 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
             if granted is None:
                 scope = f"repository:{name}:{'pull,push' if write else 'pull'}"
                 challenge = f'Bearer realm="http://{proxy.host}/token",service="{proxy.service}",scope="{scope}"'
-                return self.send(401, _error("UNAUTHORIZED", "authentication required"),
-                                 {"WWW-Authenticate": challenge})
+                return self.send(
+                    401,
+                    _error("UNAUTHORIZED", "authentication required"),
+                    {"WWW-Authenticate": challenge},
+                )
             if name in proxy.unreadable:
-                return self.send(404, _error("NAME_UNKNOWN", "repository name not known to registry"))
+                return self.send(
+                    404, _error("NAME_UNKNOWN", "repository name not known to registry")
+                )
             if not granted:
-                return self.send(403, _error("DENIED", "requested access to the resource is denied"))
+                return self.send(
+                    403, _error("DENIED", "requested access to the resource is denied")
+                )
             return None
 
         def forward(self, path: str, body: bytes, fault: Fault | None) -> int:
             conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS | {"authorization"}}
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() not in _HOP_HEADERS | {"authorization"}
+            }
             if fault is not None and fault.kind == "ignore_range":
                 headers = {k: v for k, v in headers.items() if k.lower() != "range"}
             headers["Host"] = proxy.host  # so the registry's Location headers point back here
@@ -282,8 +321,12 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
             finally:
                 conn.close()
 
-        def relay(self, resp: http.client.HTTPResponse, fault: Fault | None, length: int | None) -> None:
-            limit = fault.after if fault is not None and fault.kind in ("reset", "truncate") else None
+        def relay(
+            self, resp: http.client.HTTPResponse, fault: Fault | None, length: int | None
+        ) -> None:
+            limit = (
+                fault.after if fault is not None and fault.kind in ("reset", "truncate") else None
+            )
             sent = 0
             while True:
                 want = 64 * 1024 if limit is None else min(64 * 1024, limit - sent)
@@ -295,7 +338,9 @@ def _handler(proxy: RegistryProxy) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
             if fault is not None and fault.kind == "reset":
                 time.sleep(0.1)  # let the client take the bytes sent before the reset
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
                 self.connection.close()
                 self.close_connection = True
             elif limit is not None:

@@ -1,4 +1,5 @@
-"""A real `docker-registry` (Debian's build of distribution/distribution) on 127.0.0.1, for tests and benches.
+"""A real `docker-registry` (Debian's build of
+distribution/distribution) on 127.0.0.1, for tests and benches.
 
 Started with subprocess.Popen on a free port with filesystem storage under a directory the caller
 owns, polled on /v2/ until it answers 200, and stopped by its PID (terminate, wait, kill); the
@@ -88,7 +89,9 @@ def _answers(port: int, *, authed: bool = False) -> bool:
         return False
 
 
-def start_registry(root: Path, *, ready_timeout_s: float = 15.0, htpasswd: Path | None = None) -> RegistryServer:
+def start_registry(
+    root: Path, *, ready_timeout_s: float = 15.0, htpasswd: Path | None = None
+) -> RegistryServer:
     """Start a registry storing under `root`; returns once /v2/ answers 200 (401 with `htpasswd`:
     then every request needs basic auth as a user of that bcrypt htpasswd file)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -96,17 +99,29 @@ def start_registry(root: Path, *, ready_timeout_s: float = 15.0, htpasswd: Path 
 
     def start(port: int) -> RegistryServer:
         config = root / "config.yml"
-        config.write_text(_CONFIG.format(storage=root / "storage", port=port)
-                          + (_AUTH.format(htpasswd=htpasswd) if htpasswd else ""))
+        config.write_text(
+            _CONFIG.format(storage=root / "storage", port=port)
+            + (_AUTH.format(htpasswd=htpasswd) if htpasswd else "")
+        )
         with open(root / "registry.log", "wb") as log:
-            proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [binary, "serve", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         server = RegistryServer(proc=proc, port=port, root=root)
         wait_until_ready(
-            proc, lambda: _answers(port, authed=htpasswd is not None), timeout_s=ready_timeout_s, interval_s=0.05, log=server.log,
-            tail_chars=2000, stop=lambda: stop_registry(server),
+            proc,
+            lambda: _answers(port, authed=htpasswd is not None),
+            timeout_s=ready_timeout_s,
+            interval_s=0.05,
+            log=server.log,
+            tail_chars=2000,
+            stop=lambda: stop_registry(server),
             message=lambda _returncode, tail: (
-                f"docker-registry did not answer on /v2/ within {ready_timeout_s} s; its log:\n{tail}"
+                f"docker-registry did not answer on /v2/ within {ready_timeout_s} s; its "
+                f"log:\n{tail}"
             ),
         )
         return server

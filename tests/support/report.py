@@ -17,14 +17,22 @@ def count(what: str, n: int = 1) -> None:
 
 
 # How a malformed input can end: only the first is right. Each is counted, zeros included, so the
-# summary shows what a regression would be, and `tried` hands the outcome back for the test to assert on.
+# summary shows what a regression would be, and `tried`
+# hands the outcome back for the test to assert on.
 REFUSED = "malformed files refused with file:line"
-OUTCOMES = (REFUSED, "malformed files refused without a location", "malformed files accepted silently",
-            "malformed files crashed (not a LockstepError)")
+OUTCOMES = (
+    REFUSED,
+    "malformed files refused without a location",
+    "malformed files accepted silently",
+    "malformed files crashed (not a LockstepError)",
+)
 
 
-def tried(read: Callable[[], object], located: Callable[[Exception], bool]) -> tuple[str, Exception | None, str]:
-    """Run one reader over one malformed input: (outcome, the exception, what to show when it is wrong).
+def tried(
+    read: Callable[[], object], located: Callable[[Exception], bool]
+) -> tuple[str, Exception | None, str]:
+    """Run one reader over one malformed input: (outcome,
+    the exception, what to show when it is wrong).
 
     `located` says whether a LockstepError names where the fault is (file:line or a JSON path)."""
     from resources.errors import LockstepError
@@ -45,7 +53,8 @@ def tried(read: Callable[[], object], located: Callable[[Exception], bool]) -> t
 
 
 def queue_fault(home: Path, fault: str) -> None:
-    """The sandbox iris's next job misbehaves (sandbox.fake_iris.queue_fault), counted for the summary."""
+    """The sandbox iris's next job misbehaves
+    (sandbox.fake_iris.queue_fault), counted for the summary."""
     from sandbox.fake_iris import queue_fault as queue
 
     if fault != "ok":

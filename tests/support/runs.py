@@ -17,23 +17,40 @@ from tpu_assets.keys import HARBOR_LOCK, IMAGE, SMOKE
 TPU_ASSETS = [*(defs.assets or []), *(defs.asset_checks or [])]
 
 
-def materialize(resources: dict[str, object], selection: Any, instance: dg.DagsterInstance | None = None,
-                **kwargs: Any) -> dg.ExecuteInProcessResult:
+def materialize(
+    resources: dict[str, object],
+    selection: Any,
+    instance: dg.DagsterInstance | None = None,
+    **kwargs: Any,
+) -> dg.ExecuteInProcessResult:
     if not isinstance(selection, dg.AssetSelection):
         selection = dg.AssetSelection.assets(*selection)
-    return dg.materialize(TPU_ASSETS, selection=selection, resources=resources, instance=instance,
-                          raise_on_error=False, **kwargs)
+    return dg.materialize(
+        TPU_ASSETS,
+        selection=selection,
+        resources=resources,
+        instance=instance,
+        raise_on_error=False,
+        **kwargs,
+    )
 
 
 def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
-def metadata(result: dg.ExecuteInProcessResult, key: dg.AssetKey | None = None) -> dict[str, object]:
-    if key is None and any(e.asset_key == HARBOR_LOCK for e in result.get_asset_materialization_events()) \
-            and any(e.asset_key == FLOATING_TAG for e in result.get_asset_materialization_events()):
+def metadata(
+    result: dg.ExecuteInProcessResult, key: dg.AssetKey | None = None
+) -> dict[str, object]:
+    if (
+        key is None
+        and any(e.asset_key == HARBOR_LOCK for e in result.get_asset_materialization_events())
+        and any(e.asset_key == FLOATING_TAG for e in result.get_asset_materialization_events())
+    ):
         key = FLOATING_TAG  # a rollback that also pinned the runtime: the move is what callers mean
-    events = [e for e in result.get_asset_materialization_events() if key is None or e.asset_key == key]
+    events = [
+        e for e in result.get_asset_materialization_events() if key is None or e.asset_key == key
+    ]
     (event,) = events
     return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
 
@@ -49,7 +66,8 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 
 
 def failure_metadata(result: dg.ExecuteInProcessResult) -> dict[str, str]:
-    """The metadata of the first step failure (a dg.Failure's): what the UI shows beside the error."""
+    """The metadata of the first step failure (a
+    dg.Failure's): what the UI shows beside the error."""
     failures = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     assert failures, "expected the run to fail"
     data = failures[0].step_failure_data.user_failure_data  # type: ignore[union-attr]
@@ -67,7 +85,9 @@ BUILD = [IMAGE, SMOKE, VERIFIED_IMAGE]
 class Pipeline:
     """The sandbox plus one Dagster instance, driven the way a person would in the UI."""
 
-    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
+    def __init__(
+        self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance
+    ) -> None:
         self.sb, self.resources, self.instance = sb, resources, instance
         self.site = load_site(sb.site_file)
         self.registry = registry_for(self.site)
@@ -88,18 +108,23 @@ class Pipeline:
         return materialize(self.resources, [FLOATING_TAG], self.instance, run_config=run_config)
 
     def floating(self) -> str | None:
-        return self.registry.resolve(repository=self.repository, reference=self.site.tpu.floating_tag)
+        return self.registry.resolve(
+            repository=self.repository, reference=self.site.tpu.floating_tag
+        )
 
     def gitsha(self, commit: str) -> str:
         """The tag's sha as a person's clone of the consumer prints it (`git rev-parse --short`)."""
         return git.Repo(self.sb.consumer).git.rev_parse("--short", commit, kill_after_timeout=60)
 
     def pinned(self, commit: str) -> str | None:
-        return self.registry.resolve(repository=self.repository, reference=f"tpu-{self.gitsha(commit)}")
+        return self.registry.resolve(
+            repository=self.repository, reference=f"tpu-{self.gitsha(commit)}"
+        )
 
 
 def two_verified_builds(p: Pipeline) -> tuple[list[str], list[dg.AssetMaterialization]]:
-    """relock -> build -> checks -> smoke -> verified, twice: the harbor fix, then a later commit that keeps
+    """relock -> build -> checks -> smoke -> verified,
+    twice: the harbor fix, then a later commit that keeps
     it. Returns the two builds and the verified_image records, oldest first."""
     builds = []
     for fix in (True, False):
@@ -108,6 +133,8 @@ def two_verified_builds(p: Pipeline) -> tuple[list[str], list[dg.AssetMaterializ
         result = p.build(commit)
         assert result.success, failure_message(result)
         builds.append(commit)
-    records = [r.asset_materialization for r in p.instance.fetch_materializations(
-        VERIFIED_IMAGE, limit=10, ascending=True).records]
+    records = [
+        r.asset_materialization
+        for r in p.instance.fetch_materializations(VERIFIED_IMAGE, limit=10, ascending=True).records
+    ]
     return builds, [r for r in records if r is not None]

@@ -1,4 +1,5 @@
-"""One sensor tick, evaluated the way the daemon evaluates it: `tick(name, resources, instance, cursor)`."""
+"""One sensor tick, evaluated the way the daemon evaluates
+it: `tick(name, resources, instance, cursor)`."""
 
 from __future__ import annotations
 
@@ -18,13 +19,20 @@ FACTORIES: dict[str, Callable[[Mapping[str, object]], dg.SensorDefinition]] = {
 }
 
 
-def tick(name: str, resources: Mapping[str, object], instance: dg.DagsterInstance,
-         cursor: str | None = None) -> dg.SensorResult:
+def tick(
+    name: str,
+    resources: Mapping[str, object],
+    instance: dg.DagsterInstance,
+    cursor: str | None = None,
+) -> dg.SensorResult:
     """One evaluation of sensor `name` on `instance` from `cursor`: a factory-built sensor over
-    `resources`, any other TPU sensor resolved from the definitions with `resources` in its context."""
+    `resources`, any other TPU sensor resolved from
+    the definitions with `resources` in its context."""
     factory = FACTORIES.get(name)
     if factory is not None:
         with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
             return factory(resources)(context)  # type: ignore[return-value]
-    with dg.build_sensor_context(cursor=cursor, instance=instance, resources=dict(resources)) as context:
+    with dg.build_sensor_context(
+        cursor=cursor, instance=instance, resources=dict(resources)
+    ) as context:
         return defs.resolve_sensor_def(name)(context)  # type: ignore[return-value]

@@ -1,10 +1,11 @@
-"""Starting and stopping the real servers the tests run: the parts every one of them does the same way.
+"""Starting and stopping the real servers the tests
+run: the parts every one of them does the same way.
 
-tests/support/registry_server.py, tests/support/sshd_server.py, tests/support/postgres_server.py and tests/support/ui/dagster_dev.py
-each start a server as our child on a free 127.0.0.1 port, poll a readiness probe until a deadline
-while the process is alive, and stop it by its PID. What is particular to one server (its config,
-its probe, sshd's per-connection children, the demo's process group, `pg_ctl stop`) stays in its
-module.
+tests/support/registry_server.py, tests/support/sshd_server.py, tests/support/postgres_server.py and
+tests/support/ui/dagster_dev.py each start a server as our child on a free 127.0.0.1 port, poll a
+readiness probe until a deadline while the process is alive, and stop it by its PID. What is
+particular to one server (its config, its probe, sshd's per-connection children, the demo's process
+group, `pg_ctl stop`) stays in its module.
 """
 
 from __future__ import annotations
@@ -22,16 +23,19 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-# After SIGKILL the process cannot refuse; the wait only reaps it (and covers a process stuck in IO).
+# After SIGKILL the process cannot refuse; the wait
+# only reaps it (and covers a process stuck in IO).
 KILL_WAIT_S = 10.0
 
 
 class ServerNotReady(RuntimeError):
-    """The server exited, or did not pass its readiness probe in time; the message has its log's tail."""
+    """The server exited, or did not pass its readiness
+    probe in time; the message has its log's tail."""
 
 
 def free_port() -> int:
-    """A port nobody listens on at 127.0.0.1 right now (the server binds it later: see start_on_free_port)."""
+    """A port nobody listens on at 127.0.0.1 right now
+    (the server binds it later: see start_on_free_port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -53,7 +57,8 @@ def start_on_free_port(start: Callable[[int], T], *, attempts: int = 3) -> T:
 
 
 def log_tail(path: Path, chars: int) -> str:
-    """The last `chars` characters of a server's log, for an error message (which must not fail itself)."""
+    """The last `chars` characters of a server's log,
+    for an error message (which must not fail itself)."""
     try:
         return path.read_text(encoding="utf-8", errors="replace")[-chars:]
     except OSError as exc:
@@ -74,10 +79,11 @@ def wait_until_ready(
     """Return once `probe()` is true; otherwise stop the server and raise ServerNotReady.
 
     Polls while `proc` is alive and the deadline has not passed. The error's text is
-    `message(returncode, tail)`: returncode is None when the server was still running at the deadline,
-    so a caller can tell "it exited" from "it never answered"; tail is the end of `log`, read before
-    `stop()` so it shows what the server said, not its shutdown. `stop()` also runs when the wait is
-    interrupted (KeyboardInterrupt, a failing probe), so no server outlives a failed start.
+    `message(returncode, tail)`: returncode is None when the server was still running at the
+    deadline, so a caller can tell "it exited" from "it never answered"; tail is the end of `log`,
+    read before `stop()` so it shows what the server said, not its shutdown. `stop()` also runs when
+    the wait is interrupted (KeyboardInterrupt, a
+    failing probe), so no server outlives a failed start.
     """
     try:
         deadline = time.monotonic() + timeout_s
@@ -91,9 +97,11 @@ def wait_until_ready(
         raise
 
 
-def stop_process(proc: subprocess.Popen[bytes], *, grace_s: float, group: bool = False,
-                 sigterm: bool = True) -> None:
-    """Stop exactly the process we started: SIGTERM, up to `grace_s` to exit, then SIGKILL; reaped either way.
+def stop_process(
+    proc: subprocess.Popen[bytes], *, grace_s: float, group: bool = False, sigterm: bool = True
+) -> None:
+    """Stop exactly the process we started: SIGTERM, up
+    to `grace_s` to exit, then SIGKILL; reaped either way.
 
     `group=True` signals its whole process group instead (the process was started with
     start_new_session, so the group is exactly what it started), even after the leader has exited,
@@ -106,7 +114,8 @@ def stop_process(proc: subprocess.Popen[bytes], *, grace_s: float, group: bool =
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)  # start_new_session: the leader's PID is the group id
         else:
-            proc.send_signal(sig)  # a no-op once proc is reaped, so a recycled PID is never signalled
+            # a no-op once proc is reaped, so a recycled PID is never signalled
+            proc.send_signal(sig)
 
     if sigterm:
         send(signal.SIGTERM)
@@ -135,7 +144,8 @@ def processes() -> list[ProcStat]:
             continue
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = (entry / "stat").read_text()
-            # "pid (comm) state ppid pgrp ...": comm may hold spaces and ")", so split after the last ")".
-            state, ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+            # "pid (comm) state ppid pgrp ...": comm may hold
+            # spaces and ")", so split after the last ")".
+            state, ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
             found.append(ProcStat(pid=int(entry.name), state=state, ppid=int(ppid), pgrp=int(pgrp)))
     return found

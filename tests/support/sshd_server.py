@@ -80,10 +80,18 @@ class SshdServer:
 
     def node(self, name: str, **extra: object) -> dict[str, object]:
         """A [[spark.nodes]] entry for this server."""
-        return {"name": name, "transport": "ssh", "host": self.host, "port": self.port, "user": self.user, **extra}
+        return {
+            "name": name,
+            "transport": "ssh",
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            **extra,
+        }
 
     def connection_pids(self, client_port: int) -> list[int]:
-        """The sshd processes serving the TCP connection whose client side is 127.0.0.1:`client_port`.
+        """The sshd processes serving the TCP connection
+        whose client side is 127.0.0.1:`client_port`.
 
         Found the way `ss -p` does: the socket's inode from /proc/net/tcp, then every process of
         ours holding a file descriptor on it.
@@ -135,9 +143,24 @@ def make_keys(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for name, passphrase in (("host_ed25519", ""), ("client_ed25519", PASSPHRASE)):
         if not (root / name).exists():
-            # -a 2: few KDF rounds, so decrypting this throw-away key costs milliseconds, not 0.2 s a test.
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-a", "2", "-N", passphrase, "-C", f"lockstep-test-{name}",
-                  "-f", str(root / name)])
+            # -a 2: few KDF rounds, so decrypting this throw-away
+            # key costs milliseconds, not 0.2 s a test.
+            _run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-a",
+                    "2",
+                    "-N",
+                    passphrase,
+                    "-C",
+                    f"lockstep-test-{name}",
+                    "-f",
+                    str(root / name),
+                ]
+            )
     (root / "authorized_keys").write_text((root / "client_ed25519.pub").read_text())
     (root / "client_ed25519").chmod(0o600)
 
@@ -169,15 +192,28 @@ def start_sshd(root: Path, *, ready_timeout_s: float = 15.0, extra_config: str =
             port=port, host_key=root / "host_ed25519", authorized_keys=root / "authorized_keys",
             pid_file=root / "sshd.pid", user=user,
         ) + extra_config)  # fmt: skip
-        (root / "known_hosts").write_text(known_hosts_line("127.0.0.1", port, root / "host_ed25519.pub"))
+        (root / "known_hosts").write_text(
+            known_hosts_line("127.0.0.1", port, root / "host_ed25519.pub")
+        )
         with open(root / "sshd.log", "wb") as log:
-            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         server = SshdServer(proc=proc, port=port, root=root, user=user)
         wait_until_ready(
-            proc, lambda: _answers(port), timeout_s=ready_timeout_s, interval_s=0.05, log=server.log,
-            tail_chars=2000, stop=lambda: stop_sshd(server),
-            message=lambda _returncode, tail: f"sshd did not answer within {ready_timeout_s} s; its log:\n{tail}",
+            proc,
+            lambda: _answers(port),
+            timeout_s=ready_timeout_s,
+            interval_s=0.05,
+            log=server.log,
+            tail_chars=2000,
+            stop=lambda: stop_sshd(server),
+            message=lambda _returncode, tail: (
+                f"sshd did not answer within {ready_timeout_s} s; its log:\n{tail}"
+            ),
         )
         return server
 
@@ -185,8 +221,10 @@ def start_sshd(root: Path, *, ready_timeout_s: float = 15.0, extra_config: str =
 
 
 def stop_sshd(server: SshdServer) -> None:
-    """Stop exactly the sshd we started, by its PID, and the per-connection sshd processes it forked."""
-    # Listed before the listener goes: once it has, they are re-parented and no longer found under its PID.
+    """Stop exactly the sshd we started, by its PID,
+    and the per-connection sshd processes it forked."""
+    # Listed before the listener goes: once it has, they
+    # are re-parented and no longer found under its PID.
     leftovers = _descendants(server.proc.pid) if server.proc.poll() is None else []
     stop_process(server.proc, grace_s=5)
     for pid in leftovers:

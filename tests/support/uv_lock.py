@@ -1,4 +1,5 @@
-"""A small uv.lock with one git source (harbor, pinned by branch and commit) and one registry package."""
+"""A small uv.lock with one git source (harbor, pinned
+by branch and commit) and one registry package."""
 
 from __future__ import annotations
 

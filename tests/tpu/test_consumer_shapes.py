@@ -1,4 +1,5 @@
-"""A re-lock against a consumer in each shape in the field, and what it refuses, with pyproject's line and the fix.
+"""A re-lock against a consumer in each shape in the field,
+and what it refuses, with pyproject's line and the fix.
 
 The real consumer declares harbor as a PEP 508 direct reference that follows a branch (uv locks
 `?rev=<branch>`); others use [tool.uv.sources] with `branch =`. A `rev` is followed only when
@@ -26,8 +27,13 @@ from tpu_assets.keys import HARBOR_LOCK
 from tpu_assets.relock import branch_refusal
 
 SHA = "a" * 40
-TPU = TpuSection(harbor_repo="https://h.example/harbor.git", harbor_branch="main",
-                 consumer_repo="https://c.example/consumer.git", consumer_branch="main", image="ghcr.io/o/i")
+TPU = TpuSection(
+    harbor_repo="https://h.example/harbor.git",
+    harbor_branch="main",
+    consumer_repo="https://c.example/consumer.git",
+    consumer_branch="main",
+    image="ghcr.io/o/i",
+)
 
 
 @pytest.fixture(params=CONSUMER_SHAPES)
@@ -38,18 +44,23 @@ def sb(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
 
 
 def shape_of(sb: Sandbox) -> ConsumerShape:
-    return "uv_source" if "[tool.uv.sources]" in remote_file(sb.consumer, "pyproject.toml") else "direct_reference"
+    return (
+        "uv_source"
+        if "[tool.uv.sources]" in remote_file(sb.consumer, "pyproject.toml")
+        else "direct_reference"
+    )
 
 
 def declare(sb: Sandbox, kind: str, ref: str):  # type: ignore[no-untyped-def]
-    """An edit that makes the consumer take harbor by `kind` (branch, rev, tag) `ref`, re-locked by uv."""
+    """An edit that makes the consumer take harbor by
+    `kind` (branch, rev, tag) `ref`, re-locked by uv."""
     shape = shape_of(sb)
 
     def edit(wt: Path) -> None:
         p = wt / "pyproject.toml"
         text = p.read_text()
         if shape == "direct_reference":
-            text = text.replace(f"@{HARBOR_BRANCH}\"", f'@{ref}"')
+            text = text.replace(f'@{HARBOR_BRANCH}"', f'@{ref}"')
         else:
             text = text.replace(f'branch = "{HARBOR_BRANCH}"', f'{kind} = "{ref}"')
         p.write_text(text)
@@ -58,7 +69,9 @@ def declare(sb: Sandbox, kind: str, ref: str):  # type: ignore[no-untyped-def]
     return edit
 
 
-def test_each_shape_relocks_to_the_branch_tip_and_leaves_pyproject_alone(sb: Sandbox, resources: dict[str, object]) -> None:
+def test_each_shape_relocks_to_the_branch_tip_and_leaves_pyproject_alone(
+    sb: Sandbox, resources: dict[str, object]
+) -> None:
     before = remote_file(sb.consumer, "pyproject.toml")
     tip = advance_harbor(sb.root)
     result = materialize(resources, [HARBOR_LOCK])
@@ -81,7 +94,11 @@ def test_a_commit_a_tag_or_another_branch_is_refused_naming_pyproject_line_and_t
         "commit": ("rev", tip, f"is pinned to commit {tip[:12]}, which never moves"),
         "short commit": ("rev", tip[:9], f"is pinned to commit {tip[:9]}, which never moves"),
         "tag": ("tag", "v0.8.0", "tag 'v0.8.0'"),
-        "another branch": ("branch", "experiments", "but the site watches [tpu].harbor_branch = 'penfever/working'"),
+        "another branch": (
+            "branch",
+            "experiments",
+            "but the site watches [tpu].harbor_branch = 'penfever/working'",
+        ),
     }[case]
     if shape_of(sb) == "direct_reference" and case == "another branch":
         kind = "rev"
@@ -92,8 +109,11 @@ def test_a_commit_a_tag_or_another_branch_is_refused_naming_pyproject_line_and_t
     result = materialize(resources, [HARBOR_LOCK])
     assert not result.success
     message = failure_message(result)
-    line = next(n for n, text in enumerate(remote_file(sb.consumer, "pyproject.toml").splitlines(), 1)
-                if ref in text)
+    line = next(
+        n
+        for n, text in enumerate(remote_file(sb.consumer, "pyproject.toml").splitlines(), 1)
+        if ref in text
+    )
     assert f"pyproject.toml:{line}: harbor " in message and says in message, message
     if shape_of(sb) == "direct_reference":  # the fix, in the shape the consumer uses
         assert f'Fix: write "harbor[daytona] @ git+{sb.url(sb.harbor)}@{HARBOR_BRANCH}"' in message
@@ -110,25 +130,38 @@ def test_a_rev_that_is_both_the_branch_and_a_tag_is_refused_as_ambiguous_a_branc
     head = remote_head(sb.consumer)
     tip = advance_harbor(sb.root)
     result = materialize(resources, [HARBOR_LOCK])
-    if shape_of(sb) == "uv_source":  # `branch =` makes uv fetch refs/heads only: the tag cannot be taken
+    # `branch =` makes uv fetch refs/heads only: the tag cannot be taken
+    if shape_of(sb) == "uv_source":
         assert result.success, failure_message(result)
         assert f"#{tip}" in remote_file(sb.consumer, "uv.lock")
         return
     assert not result.success
-    assert re.search(r"pyproject\.toml:\d+: harbor names 'penfever/working', which is both a branch and a tag",
-                     failure_message(result))
+    assert re.search(
+        r"pyproject\.toml:\d+: harbor names 'penfever/working', which is both a branch and a tag",
+        failure_message(result),
+    )
     assert remote_head(sb.consumer) == head
 
 
-@pytest.mark.parametrize(("kind", "ref", "refs", "says"), [
-    (None, None, NamedRefs(name="main", branch=SHA), "default branch"),
-    ("rev", "main", NamedRefs(name="main", branch=SHA), None),
-    ("branch", "main", NamedRefs(name="main", branch=SHA, tag=SHA), None),
-    ("rev", "main", NamedRefs(name="main", tag=SHA), "not a branch of https://h.example/harbor.git (git ls-remote) "
-                                                        "(it is a tag there"),
-    ("rev", "main", NamedRefs(name="main"), "not a branch of"),
-    ("rev", "ABCDEF12", NamedRefs(name="main", branch=SHA), "follows rev 'ABCDEF12'"),  # upper case: not a sha
-])
-def test_what_a_rev_must_be_to_be_followed(kind: str | None, ref: str | None, refs: NamedRefs, says: str | None) -> None:
+@pytest.mark.parametrize(
+    ("kind", "ref", "refs", "says"),
+    [
+        (None, None, NamedRefs(name="main", branch=SHA), "default branch"),
+        ("rev", "main", NamedRefs(name="main", branch=SHA), None),
+        ("branch", "main", NamedRefs(name="main", branch=SHA, tag=SHA), None),
+        (
+            "rev",
+            "main",
+            NamedRefs(name="main", tag=SHA),
+            "not a branch of https://h.example/harbor.git (git ls-remote) (it is a tag there",
+        ),
+        ("rev", "main", NamedRefs(name="main"), "not a branch of"),
+        # upper case: not a sha
+        ("rev", "ABCDEF12", NamedRefs(name="main", branch=SHA), "follows rev 'ABCDEF12'"),
+    ],
+)
+def test_what_a_rev_must_be_to_be_followed(
+    kind: str | None, ref: str | None, refs: NamedRefs, says: str | None
+) -> None:
     why = branch_refusal(kind, ref, TPU, refs)
     assert (why is None) if says is None else (says in (why or "")), why

@@ -1,4 +1,5 @@
-"""The Dockerfile's HARBOR_COMMIT line: found exactly once, rewritten without touching anything else."""
+"""The Dockerfile's HARBOR_COMMIT line: found exactly
+once, rewritten without touching anything else."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ RUN uv pip install --force-reinstall "harbor @ git+https://x@${{HARBOR_COMMIT}}"
 
 
 def test_pin_variable_follows_the_runbook_convention() -> None:
-    assert pin_variable("harbor") == "HARBOR_COMMIT" and pin_variable("tpu-inference") == "TPU_INFERENCE_COMMIT"
+    assert (
+        pin_variable("harbor") == "HARBOR_COMMIT"
+        and pin_variable("tpu-inference") == "TPU_INFERENCE_COMMIT"
+    )
 
 
 def test_set_pin_changes_only_the_sha() -> None:
@@ -31,33 +35,63 @@ def test_space_form_is_recognised() -> None:
 
 
 def test_missing_line_is_an_error_naming_the_file() -> None:
-    with pytest.raises(FileFormatError, match=r"^docker/Dockerfile.tpu:2: no `ENV HARBOR_COMMIT=<sha>` line"):
+    with pytest.raises(
+        FileFormatError, match=r"^docker/Dockerfile.tpu:2: no `ENV HARBOR_COMMIT=<sha>` line"
+    ):
         find_pin("# a comment\nFROM x\n", "docker/Dockerfile.tpu", "HARBOR_COMMIT")
 
 
 def test_two_lines_are_an_error_naming_both() -> None:
     with pytest.raises(FileFormatError, match=r":3: `ENV HARBOR_COMMIT` is set on lines 1, 3"):
-        find_pin(f"ENV HARBOR_COMMIT={A}\nFROM x\nENV HARBOR_COMMIT={B}\n", "Dockerfile.tpu", "HARBOR_COMMIT")
+        find_pin(
+            f"ENV HARBOR_COMMIT={A}\nFROM x\nENV HARBOR_COMMIT={B}\n",
+            "Dockerfile.tpu",
+            "HARBOR_COMMIT",
+        )
 
 
 def test_abbreviated_sha_is_an_error_naming_line_and_value() -> None:
-    with pytest.raises(FileFormatError, match=r"Dockerfile.tpu:1: HARBOR_COMMIT='2dde0bbf' is not a full 40-hex"):
+    with pytest.raises(
+        FileFormatError, match=r"Dockerfile.tpu:1: HARBOR_COMMIT='2dde0bbf' is not a full 40-hex"
+    ):
         find_pin("ENV HARBOR_COMMIT=2dde0bbf\n", "Dockerfile.tpu", "HARBOR_COMMIT")
 
 
-@pytest.mark.parametrize(("text", "line", "shown"), [
-    (f"FROM x\nENV HARBOR_COMMIT={A} OTHER=1\n", 2, "sets more than HARBOR_COMMIT"),
-    (f"FROM x\nENV OTHER=1 HARBOR_COMMIT={A}\n", 2, "sets more than HARBOR_COMMIT"),
-    (f"FROM x\nENV HARBOR_COMMIT=\\\n    {A}\n", 2, "continued onto line 3"),
-    (f"FROM x\nENV HARBOR_COMMIT={A} \\\n    OTHER=1\n", 2, "continued onto line 3"),
-    (f"FROM x\nRUN <<EOF\nENV HARBOR_COMMIT={A}\nEOF\n", 3, "inside the here-document opened on line 2"),
-    (f"FROM x\nRUN <<-'EOF' bash\n\tENV HARBOR_COMMIT={A}\n\tEOF\n", 3, "inside the here-document opened on line 2"),
-], ids=["second_variable_after", "second_variable_before", "value_continued", "line_continued", "only_in_heredoc",
-        "only_in_quoted_heredoc"])  # fmt: skip
-def test_the_pin_is_one_env_instruction_on_its_own_line_or_refused_at_it(text: str, line: int, shown: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "line", "shown"),
+    [
+        (f"FROM x\nENV HARBOR_COMMIT={A} OTHER=1\n", 2, "sets more than HARBOR_COMMIT"),
+        (f"FROM x\nENV OTHER=1 HARBOR_COMMIT={A}\n", 2, "sets more than HARBOR_COMMIT"),
+        (f"FROM x\nENV HARBOR_COMMIT=\\\n    {A}\n", 2, "continued onto line 3"),
+        (f"FROM x\nENV HARBOR_COMMIT={A} \\\n    OTHER=1\n", 2, "continued onto line 3"),
+        (
+            f"FROM x\nRUN <<EOF\nENV HARBOR_COMMIT={A}\nEOF\n",
+            3,
+            "inside the here-document opened on line 2",
+        ),
+        (
+            f"FROM x\nRUN <<-'EOF' bash\n\tENV HARBOR_COMMIT={A}\n\tEOF\n",
+            3,
+            "inside the here-document opened on line 2",
+        ),
+    ],
+    ids=[
+        "second_variable_after",
+        "second_variable_before",
+        "value_continued",
+        "line_continued",
+        "only_in_heredoc",
+        "only_in_quoted_heredoc",
+    ],
+)
+def test_the_pin_is_one_env_instruction_on_its_own_line_or_refused_at_it(
+    text: str, line: int, shown: str
+) -> None:
     with pytest.raises(FileFormatError) as info:
         find_pin(text, "Dockerfile.tpu", "HARBOR_COMMIT")
-    assert str(info.value).startswith(f"Dockerfile.tpu:{line}: ") and shown in str(info.value), str(info.value)
+    assert str(info.value).startswith(f"Dockerfile.tpu:{line}: ") and shown in str(info.value), str(
+        info.value
+    )
 
 
 def test_a_pin_beside_a_heredoc_that_mentions_it_is_the_one_found() -> None:

@@ -49,16 +49,36 @@ class Executor:
 
     def run(self, *flags: str) -> subprocess.CompletedProcess[str]:
         """`/kaniko/executor FLAGS` as the consumer's script runs it in an iris job."""
-        env = {**os.environ, "DOCKER_CONFIG": str(self.docker_config), "APP_DIR": str(self.app),
-               "PYTHONPATH": str(PROJECT_ROOT)}
-        return subprocess.run([sys.executable, "-m", "sandbox.fake_kaniko", "--site", str(self.sb.site_file), *flags],
-                              env=env, capture_output=True, text=True, timeout=900, check=False)
+        env = {
+            **os.environ,
+            "DOCKER_CONFIG": str(self.docker_config),
+            "APP_DIR": str(self.app),
+            "PYTHONPATH": str(PROJECT_ROOT),
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "sandbox.fake_kaniko", "--site", str(self.sb.site_file), *flags],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
 
     def build(self, tag: str, *extra: str) -> subprocess.CompletedProcess[str]:
         """The script's own flags (docker/build_tpu_kaniko.sh), pushing `:<tag>`."""
-        return self.run("--context", "dir:///app", "--dockerfile", DOCKERFILE, "--skip-unused-stages",
-                        "--compressed-caching=false", "--cache=true", f"--cache-repo={self.image}/cache-tpu",
-                        "--destination", f"{self.image}:{tag}", *extra)
+        return self.run(
+            "--context",
+            "dir:///app",
+            "--dockerfile",
+            DOCKERFILE,
+            "--skip-unused-stages",
+            "--compressed-caching=false",
+            "--cache=true",
+            f"--cache-repo={self.image}/cache-tpu",
+            "--destination",
+            f"{self.image}:{tag}",
+            *extra,
+        )
 
     def commit(self, message: str, *paths: str) -> None:
         repo = git.Repo(self.app)
@@ -73,16 +93,22 @@ def pushed_digest(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def ran_pinned_install(build_output: str) -> str | None:
-    """The commit the Dockerfile's pinned install printed while it ran (BuildKit's `#N <secs> <line>`);
-    None when the step was not run (cached). The step's own header line echoes the command, not this."""
-    found = re.search(r"^#\d+ \d+\.\d+ baked harbor commit: ([0-9a-f]{40})$", build_output, re.M)
+    """The commit the Dockerfile's pinned install
+    printed while it ran (BuildKit's `#N <secs> <line>`);
+    None when the step was not run (cached). The step's
+    own header line echoes the command, not this."""
+    found = re.search(
+        r"^#\d+ \d+\.\d+ baked harbor commit: ([0-9a-f]{40})$", build_output, re.MULTILINE
+    )
     return found.group(1) if found else None
 
 
 def login(path: Path, host: str, user: str = USER, token: str = TOKEN) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     auth = base64.b64encode(f"{user}:{token}".encode()).decode()
-    (path / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}), encoding="utf-8")
+    (path / "config.json").write_text(
+        json.dumps({"auths": {host: {"auth": auth}}}), encoding="utf-8"
+    )
     return path
 
 
@@ -101,7 +127,7 @@ def kaniko(sb: Sandbox, tmp_path: Path) -> Executor:
     return make_executor(sb, tmp_path)
 
 
-# -- the command line: refused before anything is built ---------------------------------------------
+# -- the command line: refused before anything is built --------------------------------------------
 
 
 def test_skip_unused_stages_prints_the_forks_deprecation_warning(kaniko: Executor) -> None:
@@ -119,7 +145,10 @@ def test_skip_unused_stages_prints_the_forks_deprecation_warning(kaniko: Executo
         (["--destination", "ghcr.io/open-thoughts/openthoughts-agent:tpu-abc1234"], "no such host"),
         (["--dockerfile", "../../etc/passwd"], "not a file in the context"),
         (["--dockerfile", "/etc/passwd"], "not a file in the context"),
-        (["--cache-repo=ghcr.io/open-thoughts/openthoughts-agent/cache-tpu"], "cache flags invalid"),
+        (
+            ["--cache-repo=ghcr.io/open-thoughts/openthoughts-agent/cache-tpu"],
+            "cache flags invalid",
+        ),
         (["--cache-repo=@IMAGE@/cache-tpu:latest"], "cache flags invalid"),
         (["--cache=maybe"], "invalid syntax"),
         (["--context", "dir:///etc"], "the task's files are under /app"),
@@ -145,27 +174,36 @@ def test_a_destination_without_credentials_is_refused(kaniko: Executor, tmp_path
     assert not (kaniko.sb.root / ENGINE_STATE).exists()
 
 
-# -- building on the engine -------------------------------------------------------------------------
+# -- building on the engine ------------------------------------------------------------------------
 
 
-def test_the_trap_a_harbor_move_without_a_pin_bump_bakes_the_cached_stale_harbor(kaniko: Executor) -> None:
-    """Runbook §2: harbor moved without a version bump (c49064a8); the lock follows it, HARBOR_COMMIT does
-    not; the engine reuses the cached install layers (same instruction, same inputs), the pushed image
-    holds the old harbor, and installed_harbor_matches_lock fails on the pushed layers. Bumping
+def test_the_trap_a_harbor_move_without_a_pin_bump_bakes_the_cached_stale_harbor(
+    kaniko: Executor,
+) -> None:
+    """Runbook §2: harbor moved without a version bump (c49064a8); the lock follows it,
+    HARBOR_COMMIT does not; the engine reuses the cached install layers (same instruction, same
+    inputs), the pushed image holds the old harbor, and installed_harbor_matches_lock
+    fails on the pushed layers. Bumping
     HARBOR_COMMIT busts that layer and the same check passes."""
     sb, site = kaniko.sb, load_site(kaniko.sb.site_file)
     registry, repository = registry_for(site), ImageRef.parse(site.tpu.image).repository
 
-    def installed_check(digest: str):  # noqa: ANN202 - a Finding
+    def installed_check(digest: str):
         pin, _ = pins_at(kaniko.app, site)
-        installed = read_installed(registry, repository=repository, reference=digest,
-                                   site_packages=site.tpu.site_packages, package=site.tpu.harbor_package)
+        installed = read_installed(
+            registry,
+            repository=repository,
+            reference=digest,
+            site_packages=site.tpu.site_packages,
+            package=site.tpu.harbor_package,
+        )
         return installed, installed_matches_lock(installed, pin, site.tpu.harbor_package)
 
     first = kaniko.build("tpu-first")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     d1 = pushed_digest(first)
-    assert registry.resolve(repository=repository, reference="tpu-first") == d1  # what the job says = what is served
+    # what the job says = what is served
+    assert registry.resolve(repository=repository, reference="tpu-first") == d1
     h1 = pins_at(kaniko.app, site)[0].commit
     installed, finding = installed_check(d1)
     assert finding.passed, finding.description
@@ -180,10 +218,12 @@ def test_the_trap_a_harbor_move_without_a_pin_bump_bakes_the_cached_stale_harbor
     stale = kaniko.build("tpu-stale")
     assert stale.returncode == 0, stale.stdout[-3000:] + stale.stderr[-2000:]
     d2 = pushed_digest(stale)
-    assert "CACHED" in stale.stdout and not ran_pinned_install(stale.stdout)  # the install steps did not run
+    # the install steps did not run
+    assert "CACHED" in stale.stdout and not ran_pinned_install(stale.stdout)
     layers1 = [x.digest for x in registry.manifest(repository=repository, reference=d1).layers]
     layers2 = [x.digest for x in registry.manifest(repository=repository, reference=d2).layers]
-    assert layers2[:-1] == layers1[:-1] and layers2 != layers1  # every layer reused but `COPY . /app`
+    # every layer reused but `COPY . /app`
+    assert layers2[:-1] == layers1[:-1] and layers2 != layers1
     installed, finding = installed_check(d2)
     assert not finding.passed
     assert installed is not None and installed.commit == h1
@@ -216,8 +256,13 @@ def test_single_snapshot_pushes_one_layer_and_keeps_the_config(kaniko: Executor)
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
     assert env["HARBOR_COMMIT"] == pins_at(kaniko.app, site)[1]
     assert config["config"]["WorkingDir"] == "/opt/openthoughts"
-    installed = read_installed(registry, repository=repository, reference=digest,
-                               site_packages=site.tpu.site_packages, package=site.tpu.harbor_package)
+    installed = read_installed(
+        registry,
+        repository=repository,
+        reference=digest,
+        site_packages=site.tpu.site_packages,
+        package=site.tpu.harbor_package,
+    )
     assert installed is not None and installed.commit == pins_at(kaniko.app, site)[1]
 
 
@@ -233,17 +278,22 @@ def test_the_build_engine_is_one_teardown_stops(tmp_path: Path) -> None:
         assert engine.state in engine_dirs(sb.root)
     finally:
         stop_sandbox(sb)
-    assert not Path(f"/proc/{pid}").exists() or b"dockerd" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert (
+        not Path(f"/proc/{pid}").exists()
+        or b"dockerd" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
 
 
 @pytest.fixture
-def http_sandbox(registry_server, tmp_path: Path) -> Iterator[Sandbox]:  # noqa: ANN001 - tests.support.registry_server.RegistryServer
+def http_sandbox(registry_server, tmp_path: Path) -> Iterator[Sandbox]:
     sb = up(tmp_path / "sandbox", registry=registry_server.host)
     yield sb
     stop_sandbox(sb)
 
 
-def test_http_registry_gets_a_docker_push_with_the_config_json_login(http_sandbox: Sandbox, tmp_path: Path) -> None:
+def test_http_registry_gets_a_docker_push_with_the_config_json_login(
+    http_sandbox: Sandbox, tmp_path: Path
+) -> None:
     kaniko = make_executor(http_sandbox, tmp_path)
     site = load_site(http_sandbox.site_file)
     registry, repository = registry_for(site), ImageRef.parse(site.tpu.image).repository
@@ -252,6 +302,7 @@ def test_http_registry_gets_a_docker_push_with_the_config_json_login(http_sandbo
     digest = pushed_digest(proc)
     assert registry.resolve(repository=repository, reference="tpu-http") == digest
     assert TOKEN not in proc.stdout + proc.stderr
-    assert registry.resolve(repository=f"{repository}/cache-tpu", reference="latest") is None  # only destinations
+    # only destinations
+    assert registry.resolve(repository=f"{repository}/cache-tpu", reference="latest") is None
     manifest = registry.manifest(repository=repository, reference=digest)
     assert manifest is not None and len(manifest.layers) >= 4

@@ -1,9 +1,9 @@
 """A registry whose HEAD names a digest it does not hold: no move to it is ever recorded.
 
-A real docker-registry behind tests/support/registry_proxy.py, whose HEAD of the floating tag answers a
-digest the registry has never seen (Fault.head_digest). lockstep GETs the manifest by that digest
-before it records a move to it (tpu_assets/promotion.py `served`): the lie is an error naming the
-tag and the digest, and the promotion log gets nothing. The honest control goes through the same
+A real docker-registry behind tests/support/registry_proxy.py, whose HEAD of the floating tag
+answers a digest the registry has never seen (Fault.head_digest). lockstep GETs the manifest by that
+digest before it records a move to it (tpu_assets/promotion.py `served`): the lie is an error naming
+the tag and the digest, and the promotion log gets nothing. The honest control goes through the same
 proxy and is recorded. The promote run itself against the lie: tests/tpu/test_floating_tag_log.py.
 """
 
@@ -51,23 +51,36 @@ def lie(proxy: RegistryProxy, tag: str = "tpu", *, times: int = 1000) -> None:
 
 
 def test_a_head_naming_a_digest_the_registry_cannot_serve_is_an_error_naming_tag_and_digest(
-        proxy: RegistryProxy, real_digest: str) -> None:
+    proxy: RegistryProxy, real_digest: str
+) -> None:
     lie(proxy)
     registry = HttpRegistry(host=proxy.host)
-    assert registry.resolve(repository=REPOSITORY, reference="tpu") == PHANTOM  # the lie, as a HEAD tells it
+    # the lie, as a HEAD tells it
+    assert registry.resolve(repository=REPOSITORY, reference="tpu") == PHANTOM
     with pytest.raises(PhantomDigest) as err:
         resolve_served(registry, repository=REPOSITORY, tag="tpu")
-    assert ":tpu" in str(err.value) and PHANTOM in str(err.value) and "no manifest by that digest" in str(err.value)
-    assert [s.status for s in proxy.requests("GET", rf"/manifests/{PHANTOM}$")] == [404]  # asked by digest
+    assert (
+        ":tpu" in str(err.value)
+        and PHANTOM in str(err.value)
+        and "no manifest by that digest" in str(err.value)
+    )
+    # asked by digest
+    assert [s.status for s in proxy.requests("GET", rf"/manifests/{PHANTOM}$")] == [404]
 
 
-def test_an_honest_head_is_vouched_for_by_a_get_of_its_digest(proxy: RegistryProxy, real_digest: str) -> None:
-    assert resolve_served(HttpRegistry(host=proxy.host), repository=REPOSITORY, tag="tpu") == real_digest
+def test_an_honest_head_is_vouched_for_by_a_get_of_its_digest(
+    proxy: RegistryProxy, real_digest: str
+) -> None:
+    assert (
+        resolve_served(HttpRegistry(host=proxy.host), repository=REPOSITORY, tag="tpu")
+        == real_digest
+    )
     assert [s.status for s in proxy.requests("GET", rf"/manifests/{real_digest}$")] == [200]
 
 
 def test_a_reread_after_the_put_that_names_a_phantom_raises_instead_of_recording(
-        proxy: RegistryProxy, real_digest: str) -> None:
+    proxy: RegistryProxy, real_digest: str
+) -> None:
     registry = HttpRegistry(host=proxy.host)
     lie(proxy, "after-put")
     with pytest.raises(PhantomDigest, match=rf":after-put of {REPOSITORY} is at {PHANTOM}"):
@@ -79,7 +92,10 @@ def test_a_reread_after_the_put_that_names_a_phantom_raises_instead_of_recording
 def site_file(tmp_path: Path, proxy: RegistryProxy) -> Path:
     text = EXAMPLE.read_text(encoding="utf-8")
     image = 'image = "ghcr.io/open-thoughts/openthoughts-agent"'
-    login = 'username = "penfever"                  # ghcr: the GitHub user the token belongs to\ntoken_env = "GHCR_TOKEN"\n'
+    login = (
+        'username = "penfever"                  # ghcr: the GitHub user the token belongs '
+        'to\ntoken_env = "GHCR_TOKEN"\n'
+    )
     assert image in text and login in text
     text = text.replace(image, f'image = "{proxy.host}/{REPOSITORY}"').replace(login, "")
     return example_site(tmp_path / "site", text)
@@ -87,7 +103,10 @@ def site_file(tmp_path: Path, proxy: RegistryProxy) -> Path:
 
 def _tick(instance: dg.DagsterInstance, site_file: Path, proxy: RegistryProxy) -> str:
     sensor = defs.resolve_sensor_def("floating_tag_watch")
-    resources = {"site": SiteResource(path=str(site_file)), "registry": HttpRegistry(host=proxy.host)}
+    resources = {
+        "site": SiteResource(path=str(site_file)),
+        "registry": HttpRegistry(host=proxy.host),
+    }
     with dg.build_sensor_context(instance=instance, resources=resources) as context:
         said = sensor(context)
     assert isinstance(said, dg.SkipReason), said
@@ -95,13 +114,18 @@ def _tick(instance: dg.DagsterInstance, site_file: Path, proxy: RegistryProxy) -
 
 
 def test_the_watch_records_nothing_for_a_phantom_and_the_real_digest_once_the_lie_stops(
-        proxy: RegistryProxy, real_digest: str, site_file: Path) -> None:
+    proxy: RegistryProxy, real_digest: str, site_file: Path
+) -> None:
     with dg.DagsterInstance.ephemeral() as instance:
         lie(proxy, times=2)  # the tick's read, and its read again under the lock
         said = _tick(instance, site_file, proxy)
-        assert said.startswith("cannot read the floating tag:") and PHANTOM in said and ":tpu" in said, said
+        assert (
+            said.startswith("cannot read the floating tag:") and PHANTOM in said and ":tpu" in said
+        ), said
         assert "(nothing recorded)" in said and list(tag_history(instance)) == []
         # The control, through the same proxy once it stops lying: the real digest is recorded.
         said = _tick(instance, site_file, proxy)
         (move,) = list(tag_history(instance))
-        assert (move.action, move.to_digest) == ("observed", real_digest) and real_digest in said, said
+        assert (move.action, move.to_digest) == ("observed", real_digest) and real_digest in said, (
+            said
+        )

@@ -23,7 +23,9 @@ from tpu_assets.keys import HARBOR_HEAD, HARBOR_LOCK
 from tpu_assets.lock_assets import lock_and_dockerfile_agree
 
 
-def relock(resources: dict[str, object], instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
+def relock(
+    resources: dict[str, object], instance: dg.DagsterInstance | None = None
+) -> dg.ExecuteInProcessResult:
     return materialize(resources, [HARBOR_LOCK], instance)
 
 
@@ -33,16 +35,22 @@ def locked_harbor_commit(sb: Sandbox) -> str:
 
 
 def dockerfile_pin(sb: Sandbox) -> str:
-    return find_pin(remote_file(sb.consumer, "docker/Dockerfile.tpu"), "Dockerfile.tpu", "HARBOR_COMMIT").commit
+    return find_pin(
+        remote_file(sb.consumer, "docker/Dockerfile.tpu"), "Dockerfile.tpu", "HARBOR_COMMIT"
+    ).commit
 
 
-def sensor_tick(resources: dict[str, object], cursor: str | None, instance: dg.DagsterInstance) -> dg.SensorResult:
+def sensor_tick(
+    resources: dict[str, object], cursor: str | None, instance: dg.DagsterInstance
+) -> dg.SensorResult:
     sensor = harbor_sensor(resources)
     with dg.build_sensor_context(cursor=cursor, instance=instance) as context:
         return sensor(context)
 
 
-def test_new_harbor_commit_gives_one_run_request_then_one_pushed_relock(sb: Sandbox, resources: dict[str, object]) -> None:
+def test_new_harbor_commit_gives_one_run_request_then_one_pushed_relock(
+    sb: Sandbox, resources: dict[str, object]
+) -> None:
     instance = dg.DagsterInstance.ephemeral()
     first = sensor_tick(resources, None, instance)
     assert first.cursor and len(first.run_requests or []) == 1  # a fresh sensor syncs once
@@ -67,9 +75,15 @@ def test_new_harbor_commit_gives_one_run_request_then_one_pushed_relock(sb: Sand
     head = remote_head(sb.consumer)
     assert locked_harbor_commit(sb) == new_sha == dockerfile_pin(sb)
     assert git.Repo(sb.consumer).commit(head).parents[0].hexsha == before_head
-    assert git.Repo(sb.consumer).commit(head).message.strip() == f"chore(deps): re-lock harbor -> 0.8.1 ({new_sha[:8]})"
-    # The consumer as it really is: a direct reference that follows the branch, which uv locks as a rev.
-    assert remote_file(sb.consumer, "pyproject.toml") == remote_file(sb.consumer, "pyproject.toml", before_head)
+    assert (
+        git.Repo(sb.consumer).commit(head).message.strip()
+        == f"chore(deps): re-lock harbor -> 0.8.1 ({new_sha[:8]})"
+    )
+    # The consumer as it really is: a direct reference
+    # that follows the branch, which uv locks as a rev.
+    assert remote_file(sb.consumer, "pyproject.toml") == remote_file(
+        sb.consumer, "pyproject.toml", before_head
+    )
     assert f"?rev=penfever%2Fworking#{new_sha}" in remote_file(sb.consumer, "uv.lock")
     meta = metadata(result)
     assert meta["consumer_commit"] == head and meta["pushed"] is True
@@ -88,7 +102,9 @@ def test_new_harbor_commit_gives_one_run_request_then_one_pushed_relock(sb: Sand
     assert all(e.passed for e in checks(again_result).values())
 
 
-def test_same_version_harbor_change_warns_about_stale_wheels(sb: Sandbox, resources: dict[str, object]) -> None:
+def test_same_version_harbor_change_warns_about_stale_wheels(
+    sb: Sandbox, resources: dict[str, object]
+) -> None:
     sha = advance_harbor(sb.root, version_bump=False)
     result = relock(resources)
     assert result.success  # a WARN does not stop the re-lock: the lock is still the right gate
@@ -111,8 +127,11 @@ def test_stale_dockerfile_pin_alone_is_brought_into_lockstep(
     assert dockerfile_pin(sb) == locked_harbor_commit(sb)
 
 
-def test_pins_that_disagree_fail_the_blocking_check(sb: Sandbox, resources: dict[str, object], push_consumer) -> None:
-    """The check reads the files at the recorded consumer commit from the remote, not from the run."""
+def test_pins_that_disagree_fail_the_blocking_check(
+    sb: Sandbox, resources: dict[str, object], push_consumer
+) -> None:
+    """The check reads the files at the recorded
+    consumer commit from the remote, not from the run."""
     result = relock(resources)
     recorded = result.asset_value(HARBOR_LOCK)
 
@@ -126,8 +145,12 @@ def test_pins_that_disagree_fail_the_blocking_check(sb: Sandbox, resources: dict
     bad = lock_and_dockerfile_agree(lock=drifted, **bound)
     assert good.passed
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
-    line = find_pin(remote_file(sb.consumer, "docker/Dockerfile.tpu"), "docker/Dockerfile.tpu", "HARBOR_COMMIT").line
-    assert f"docker/Dockerfile.tpu:{line}" in (bad.description or "") and "11111111" in (bad.description or "")
+    line = find_pin(
+        remote_file(sb.consumer, "docker/Dockerfile.tpu"), "docker/Dockerfile.tpu", "HARBOR_COMMIT"
+    ).line
+    assert f"docker/Dockerfile.tpu:{line}" in (bad.description or "") and "11111111" in (
+        bad.description or ""
+    )
     assert lock_and_dockerfile_agree.check_specs_by_output_name  # registered as a check...
     (spec,) = lock_and_dockerfile_agree.check_specs
     assert spec.blocking  # ...that blocks downstream assets when it fails
@@ -149,16 +172,22 @@ def _assert_refused(sb: Sandbox, resources: dict[str, object], *needles: str) ->
     return message
 
 
-def test_dockerfile_without_harbor_commit_line_is_refused(sb: Sandbox, resources: dict[str, object], push_consumer) -> None:
+def test_dockerfile_without_harbor_commit_line_is_refused(
+    sb: Sandbox, resources: dict[str, object], push_consumer
+) -> None:
     def drop(wt: Path) -> None:
         p = wt / "docker/Dockerfile.tpu"
-        p.write_text("".join(l for l in p.read_text().splitlines(True) if "ENV HARBOR_COMMIT" not in l))
+        p.write_text(
+            "".join(l for l in p.read_text().splitlines(True) if "ENV HARBOR_COMMIT" not in l)
+        )
 
     push_consumer(sb, drop)
     _assert_refused(sb, resources, "docker/Dockerfile.tpu", "no `ENV HARBOR_COMMIT=<sha>` line")
 
 
-def test_lock_without_harbor_is_refused(sb: Sandbox, resources: dict[str, object], push_consumer) -> None:
+def test_lock_without_harbor_is_refused(
+    sb: Sandbox, resources: dict[str, object], push_consumer
+) -> None:
     def no_harbor(wt: Path) -> None:
         p = wt / "pyproject.toml"
         p.write_text(re.sub(r"dependencies = \[\n.*\n\]", "dependencies = []", p.read_text()))
@@ -173,7 +202,9 @@ def test_consumer_branch_that_moves_during_relock_is_not_overwritten(
 ) -> None:
     class TeammatePushesMidway(UvCli):
         def lock_upgrade(self, *, project_dir: Path, package: str):  # type: ignore[no-untyped-def]
-            push_consumer(sb, lambda wt: (wt / "NOTES.md").write_text("racing\n"), "teammate: notes")
+            push_consumer(
+                sb, lambda wt: (wt / "NOTES.md").write_text("racing\n"), "teammate: notes"
+            )
             return super().lock_upgrade(project_dir=project_dir, package=package)
 
     advance_harbor(sb.root)
@@ -185,9 +216,11 @@ def test_consumer_branch_that_moves_during_relock_is_not_overwritten(
     assert tip.message.strip() == "teammate: notes"  # the teammate's commit stands; no force-push
 
 
-def test_malformed_site_file_names_file_line_and_key(sb: Sandbox, resources: dict[str, object]) -> None:
+def test_malformed_site_file_names_file_line_and_key(
+    sb: Sandbox, resources: dict[str, object]
+) -> None:
     text = sb.site_file.read_text()
-    sb.site_file.write_text(text.replace("[tpu]\n", "[tpu]\nharbour_branch = \"main\"\n"))
+    sb.site_file.write_text(text.replace("[tpu]\n", '[tpu]\nharbour_branch = "main"\n'))
     result = relock(resources)
     assert not result.success
     message = failure_message(result)
@@ -211,10 +244,14 @@ def test_unreachable_harbor_remote_fails_the_relock_and_skips_the_sensor(
     assert "cannot reach" in tick.skip_reason.skip_message  # type: ignore[union-attr]
 
 
-def test_sensor_skip_reason_never_shows_credentials(sb: Sandbox, resources: dict[str, object]) -> None:
+def test_sensor_skip_reason_never_shows_credentials(
+    sb: Sandbox, resources: dict[str, object]
+) -> None:
     secret = "ghp_S3cretTokenValue"
     sb.site_file.write_text(
-        sb.site_file.read_text().replace(sb.url(sb.harbor), f"https://penfever:{secret}@127.0.0.1:9/harbor.git")
+        sb.site_file.read_text().replace(
+            sb.url(sb.harbor), f"https://penfever:{secret}@127.0.0.1:9/harbor.git"
+        )
     )
     tick = sensor_tick(resources, None, dg.DagsterInstance.ephemeral())
     reason = tick.skip_reason.skip_message  # type: ignore[union-attr]
@@ -222,7 +259,9 @@ def test_sensor_skip_reason_never_shows_credentials(sb: Sandbox, resources: dict
     assert secret not in reason and "***@127.0.0.1" in reason
 
 
-def test_commits_link_to_their_web_pages_when_the_site_names_them(sb: Sandbox, resources: dict[str, object]) -> None:
+def test_commits_link_to_their_web_pages_when_the_site_names_them(
+    sb: Sandbox, resources: dict[str, object]
+) -> None:
     repos = sb.url(sb.consumer).rsplit("/", 1)[0] + "/"
     sb.site_file.write_text(sb.site_file.read_text() + f'\n[[links.commit]]\nremote = "{repos}"\n'
                             'url = "https://git.example/{path}/-/commit/{sha}"\n')  # fmt: skip

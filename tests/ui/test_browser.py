@@ -1,9 +1,9 @@
 """The demo in a real browser: the asset graph, then re-lock -> build -> promote launched with
 clicks; then, on the same running demo, the command line acting through its webserver.
 
-`lockstep demo` runs on a fresh sandbox (tests/support/ui/dagster_dev.py); Playwright (from pip) drives
-Debian's chromium (`apt-get install chromium`; `./dev` installs it — never `playwright install`).
-The test does what the README tells a new user to do:
+`lockstep demo` runs on a fresh sandbox (tests/support/ui/dagster_dev.py); Playwright (from pip)
+drives Debian's chromium (`apt-get install chromium`; `./dev` installs it — never `playwright
+install`). The test does what the README tells a new user to do:
 
 1. Lineage: both groups and every asset are there (docs/asset-graph.png is taken at the end).
 2. The sensors' first runs finish; the user stops `harbor_branch_sensor` (so the re-lock below is
@@ -26,8 +26,8 @@ The test does what the README tells a new user to do:
 The demo runs every sensor; status_sensor and lane_watch_sensor (each minute: the registry, git,
 every lane node's engine) are stopped at the start, as nothing here reads what they record.
 
-Screenshots under docs/ are regenerated when LOCKSTEP_UPDATE_SCREENSHOTS=1; on failure a screenshot of the page, its text
-and the demo's log go to the test's tmp dir and the output.
+Screenshots under docs/ are regenerated when LOCKSTEP_UPDATE_SCREENSHOTS=1; on failure a screenshot
+of the page, its text and the demo's log go to the test's tmp dir and the output.
 """
 
 from __future__ import annotations
@@ -69,20 +69,46 @@ pytestmark = pytest.mark.heavy(380)  # about the seconds the module takes alone 
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 # The committed screenshots are rewritten only on request (LOCKSTEP_UPDATE_SCREENSHOTS=1), so a test
 # run does not dirty the tree; otherwise they go to a temporary directory.
-DOCS = ROOT / "docs" if os.environ.get("LOCKSTEP_UPDATE_SCREENSHOTS") == "1" else Path(tempfile.mkdtemp(prefix="lockstep-shots-"))
+DOCS = (
+    ROOT / "docs"
+    if os.environ.get("LOCKSTEP_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="lockstep-shots-"))
+)
 VIEWPORT = {"width": 1600, "height": 1000}
 GRAPH_SHOT = {"width": 2200, "height": 1250}
 
-# The keys a new user is told about; the graph must show them and every other asset of both locations.
-README_KEYS = ["tpu/harbor_lock", "tpu/image", "tpu/verified_image", "tpu/floating_tag", "jovian/source_lock",
-               "jovian/fork_cut"]
+# The keys a new user is told about; the graph must
+# show them and every other asset of both locations.
+README_KEYS = [
+    "tpu/harbor_lock",
+    "tpu/image",
+    "tpu/verified_image",
+    "tpu/floating_tag",
+    "jovian/source_lock",
+    "jovian/fork_cut",
+]
 TERMINAL = {"Success", "Failure", "Canceled"}
-STATUS_WORDS = ("Success", "Failure", "Canceled", "Canceling", "Started", "Starting", "Queued", "Not started")
+STATUS_WORDS = (
+    "Success",
+    "Failure",
+    "Canceled",
+    "Canceling",
+    "Started",
+    "Starting",
+    "Queued",
+    "Not started",
+)
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 COMMAND_TIMEOUT_S = 600
 # What the browser test leaves for the command-line test after it: the build it promoted.
@@ -99,14 +125,17 @@ def defined_assets() -> dict[str, list[dg.AssetKey]]:
     return groups
 
 
-# -- the browser ------------------------------------------------------------------------------------
+# -- the browser -----------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: this test drives Debian's chromium. Install it with "
-                    "`sudo apt-get install chromium` (./dev setup does; CI runs ./dev).", pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} is missing: this test drives Debian's chromium. Install it with "
+            "`sudo apt-get install chromium` (./dev setup does; CI runs ./dev).",
+            pytrace=False,
+        )
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -120,7 +149,8 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(20_000)
     pg = context.new_page()
-    # First visit of a fresh instance: Dagster's "Join the Dagster community" dialog. Skip it whenever it shows.
+    # First visit of a fresh instance: Dagster's "Join the
+    # Dagster community" dialog. Skip it whenever it shows.
     skip = pg.get_by_role("button", name="Skip", exact=True)
     pg.add_locator_handler(skip, lambda: skip.click())
     try:
@@ -131,7 +161,8 @@ def page(browser: Browser) -> Iterator[Page]:
 
 @contextmanager
 def diagnostics(page: Page, demo: Demo, tmp: Path) -> Iterator[None]:
-    """On failure: a screenshot of the page into tmp, and the page text and the demo log in the output."""
+    """On failure: a screenshot of the page into tmp,
+    and the page text and the demo log in the output."""
     try:
         yield
     except BaseException:
@@ -141,30 +172,43 @@ def diagnostics(page: Page, demo: Demo, tmp: Path) -> Iterator[None]:
             text = page.inner_text("body")[-3000:]
         except Exception as exc:  # noqa: BLE001  # the page may be gone; the demo log still helps
             text = f"(page unavailable: {exc})"
-        print(f"\n--- UI test failed on {page.url}; screenshot: {shot}\n--- page text (tail):\n{text}"
-              f"\n--- demo log (tail):\n{demo.log_tail()}")
+        print(
+            f"\n--- UI test failed on {page.url}; screenshot: {shot}\n--- page text (tail):\n{text}"
+            f"\n--- demo log (tail):\n{demo.log_tail()}"
+        )
         raise
 
 
-# -- small helpers ----------------------------------------------------------------------------------
+# -- small helpers ---------------------------------------------------------------------------------
 
 
-def wait_until(what: str | Callable[[], str], probe: Callable[[], object], timeout_s: float,
-               every_s: float = 2.0) -> object:
-    """Call `probe` until it returns something truthy; fail saying `what` (or what it returns) after `timeout_s`."""
+def wait_until(
+    what: str | Callable[[], str],
+    probe: Callable[[], object],
+    timeout_s: float,
+    every_s: float = 2.0,
+) -> object:
+    """Call `probe` until it returns something truthy; fail
+    saying `what` (or what it returns) after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         found = probe()
         if found:
             return found
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what() if callable(what) else what}",
-                        pytrace=False)
+            pytest.fail(
+                (
+                    f"timed out after {timeout_s:.0f} s waiting for "
+                    f"{what() if callable(what) else what}"
+                ),
+                pytrace=False,
+            )
         time.sleep(every_s)
 
 
 def run_rows(page: Page, runs_url: str) -> list[dict[str, str]]:
-    """The rows of a runs list (a job's Runs tab), read from the page: run page href, status, row text."""
+    """The rows of a runs list (a job's Runs tab), read
+    from the page: run page href, status, row text."""
     page.goto(runs_url)
     page.get_by_text(re.compile(r"^(ID|No runs)")).first.wait_for()
     page.wait_for_timeout(500)  # the list renders right after its header
@@ -190,7 +234,10 @@ def run_rows(page: Page, runs_url: str) -> list[dict[str, str]]:
     )
     for row in rows:
         lines = [line.strip() for line in row["text"].splitlines()]
-        row["status"] = next((w for line in lines for w in STATUS_WORDS if line == w or line.startswith(w + " ")), "?")
+        row["status"] = next(
+            (w for line in lines for w in STATUS_WORDS if line == w or line.startswith(w + " ")),
+            "?",
+        )
     return rows
 
 
@@ -215,16 +262,23 @@ def open_job(page: Page, demo: Demo, job: str) -> None:
     page.get_by_role("heading", name=job, exact=True).wait_for()
 
 
-def launch_from_launchpad(page: Page, demo: Demo, job: str, expect_config: str | None = None) -> str:
-    """Jobs -> JOB -> Materialize ▾ -> Open launchpad -> Materialize. Returns the new run's page URL."""
+def launch_from_launchpad(
+    page: Page, demo: Demo, job: str, expect_config: str | None = None
+) -> str:
+    """Jobs -> JOB -> Materialize ▾ -> Open launchpad
+    -> Materialize. Returns the new run's page URL."""
     open_job(page, demo, job)
     materialize = page.get_by_role("button", name=re.compile(r"(^|\s)Materialize$")).first
     materialize.wait_for()
-    page.wait_for_function("() => ![...document.querySelectorAll('[role=progressbar]')].some(e => e.offsetParent)",
-                           timeout=30_000)  # the button shows a spinner while the asset statuses load
+    page.wait_for_function(
+        "() => ![...document.querySelectorAll('[role=progressbar]')].some(e => e.offsetParent)",
+        # the button shows a spinner while the asset statuses load
+        timeout=30_000,
+    )
     materialize.locator("xpath=following::button[1]").click()  # the ▾ next to it
     page.get_by_role("menuitem").filter(has_text="Open launchpad").click()
-    launchpad = page.get_by_role("dialog").filter(has_text=re.compile(r"Launchpad \("))  # "Launchpad (configure assets)"
+    # "Launchpad (configure assets)"
+    launchpad = page.get_by_role("dialog").filter(has_text=re.compile(r"Launchpad \("))
     confirm = page.get_by_role("button", name="Confirm", exact=True)
     launchpad.or_(confirm).first.wait_for()
     if confirm.is_visible():  # "upstream assets ... have not been materialized yet"
@@ -235,22 +289,26 @@ def launch_from_launchpad(page: Page, demo: Demo, job: str, expect_config: str |
         try:
             expect(launchpad).to_contain_text(re.compile(expect_config), timeout=20_000)
         except AssertionError:
-            raise AssertionError(f"the {job} launchpad should be pre-filled with {expect_config!r}; it shows:\n"
-                                 f"{launchpad.inner_text()[:1500]}") from None
+            raise AssertionError(
+                f"the {job} launchpad should be pre-filled with {expect_config!r}; it shows:\n"
+                f"{launchpad.inner_text()[:1500]}"
+            ) from None
     launchpad.get_by_role("button", name=re.compile(r"(^|\s)Materialize$")).click()
     page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=30_000)
     return page.url
 
 
 def metadata_value(page: Page, key: str) -> str:
-    """The value cell of metadata row `key` on an asset page (the latest materialization's metadata)."""
+    """The value cell of metadata row `key` on an asset
+    page (the latest materialization's metadata)."""
     row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True)).first
     row.wait_for()
     return row.get_by_role("cell").last.inner_text().strip()
 
 
 def dismiss_community_dialog(page: Page) -> None:
-    """A fresh instance greets the first visit with "Join the Dagster community": Skip it (it may take a moment)."""
+    """A fresh instance greets the first visit with "Join the
+    Dagster community": Skip it (it may take a moment)."""
     skip = page.get_by_role("button", name="Skip", exact=True)
     try:
         skip.wait_for(timeout=8_000)
@@ -264,12 +322,18 @@ def dismiss_community_dialog(page: Page) -> None:
 
 
 def expand_all_groups(page: Page) -> None:
-    """The graph's options (the gear at the bottom right) -> "Expand all groups", unless already expanded."""
-    # The graph has laid out: collapsed groups (a fresh browser) or asset nodes (the UI remembers expansion).
-    page.locator("[aria-label='unfold_more']").or_(page.get_by_text("floating_tag", exact=True)).first.wait_for()
+    """The graph's options (the gear at the bottom right)
+    -> "Expand all groups", unless already expanded."""
+    # The graph has laid out: collapsed groups (a fresh
+    # browser) or asset nodes (the UI remembers expansion).
+    page.locator("[aria-label='unfold_more']").or_(
+        page.get_by_text("floating_tag", exact=True)
+    ).first.wait_for()
     for attempt in range(3):  # a dialog popping up closes the menu: open it again
         page.get_by_role("button", name="settings", exact=True).last.click()
-        option = page.get_by_role("menuitem").filter(has_text=re.compile(r"(Expand|Collapse) all groups"))
+        option = page.get_by_role("menuitem").filter(
+            has_text=re.compile(r"(Expand|Collapse) all groups")
+        )
         try:
             if "Expand" in option.inner_text(timeout=5_000):
                 option.click(timeout=5_000)
@@ -281,7 +345,8 @@ def expand_all_groups(page: Page) -> None:
 
 
 def graph_extent(page: Page, pad: int = 24) -> dict[str, float]:
-    """The part of the page the drawn graph covers (its groups and nodes), padded: the screenshot's clip."""
+    """The part of the page the drawn graph covers (its
+    groups and nodes), padded: the screenshot's clip."""
     box = page.evaluate(
         """() => {
             const boxes = [...document.querySelectorAll('svg foreignObject')]
@@ -289,7 +354,7 @@ def graph_extent(page: Page, pad: int = 24) -> dict[str, float]:
             if (!boxes.length) return null;
             return {x: Math.min(...boxes.map(b => b.left)), y: Math.min(...boxes.map(b => b.top)),
                     right: Math.max(...boxes.map(b => b.right)), bottom: Math.max(...boxes.map(b => b.bottom))};
-        }"""
+        }"""  # noqa: E501
     )
     size = page.viewport_size or GRAPH_SHOT
     if not box:
@@ -299,11 +364,11 @@ def graph_extent(page: Page, pad: int = 24) -> dict[str, float]:
     return {"x": x, "y": y, "width": right - x, "height": bottom - y}
 
 
-# -- the test ---------------------------------------------------------------------------------------
+# -- the test --------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(900)
-def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) -> None:  # noqa: F811
+def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) -> None:
     # `page` first: a missing chromium fails the test before the demo is started.
     started = time.monotonic()
     sb = demo.sandbox
@@ -313,23 +378,30 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
 
     with diagnostics(page, demo, tmp_path):
         assert set(stop_sensors(demo.url, {STATUS_SENSOR, LANE_WATCH_SENSOR})) == {
-            STATUS_SENSOR, LANE_WATCH_SENSOR}, "the demo should start every sensor running"
+            STATUS_SENSOR,
+            LANE_WATCH_SENSOR,
+        }, "the demo should start every sensor running"
         # 1. The global asset lineage: both groups, every asset of both locations.
         groups = defined_assets()
         assert set(groups) == {"tpu", "jovian"}, f"asset groups are {sorted(groups)}"
         keys = [k.to_user_string() for ks in groups.values() for k in ks]
-        assert set(README_KEYS) <= set(keys), f"missing from the definitions: {sorted(set(README_KEYS) - set(keys))}"
+        assert set(README_KEYS) <= set(keys), (
+            f"missing from the definitions: {sorted(set(README_KEYS) - set(keys))}"
+        )
         page.goto(demo.url + "/asset-groups")
         page.get_by_text("Global asset lineage").wait_for()
         dismiss_community_dialog(page)
         expand_all_groups(page)
         for group, group_keys in groups.items():
-            assert page.get_by_text(group, exact=True).first.is_visible(), f"group {group} is not on the graph"
+            assert page.get_by_text(group, exact=True).first.is_visible(), (
+                f"group {group} is not on the graph"
+            )
             for key in group_keys:  # a node is labelled with the last part of its key
                 node = page.get_by_text(key.path[-1], exact=True).first
                 node.wait_for()
                 assert node.is_visible(), f"asset {key.to_user_string()} is not on the graph"
-        # ... and under their full keys in the catalog (tall viewport: the list renders only what is on screen)
+        # ... and under their full keys in the catalog (tall
+        # viewport: the list renders only what is on screen)
         page.set_viewport_size({"width": VIEWPORT["width"], "height": 3000})
         page.get_by_role("link", name=re.compile("Catalog")).click()
         for key in (k for ks in groups.values() for k in ks):
@@ -337,35 +409,50 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
         page.set_viewport_size(VIEWPORT)
         print(f"\n[ui] graph and catalog checked at {time.monotonic() - started:.0f} s")
 
-        # 2. The sensors' first re-lock (nothing to do yet) finishes; stop harbor_branch_sensor; push the fix.
+        # 2. The sensors' first re-lock (nothing to do yet)
+        #    finishes; stop harbor_branch_sensor; push the fix.
         relock_runs = f"{demo.url}/locations/tpu/jobs/relock_harbor/runs"
 
         def startup_relock_done() -> bool:
             rows = run_rows(page, relock_runs)
             failed = [r for r in rows if r["status"] == "Failure"]
-            assert not failed, f"the sensor's first relock_harbor failed: {demo.url}{failed[0]['href']}"
+            assert not failed, (
+                f"the sensor's first relock_harbor failed: {demo.url}{failed[0]['href']}"
+            )
             return bool(rows) and all(r["status"] in TERMINAL for r in rows)
 
-        wait_until("the first relock_harbor run (harbor_branch_sensor) to finish", startup_relock_done, 240)
+        wait_until(
+            "the first relock_harbor run (harbor_branch_sensor) to finish", startup_relock_done, 240
+        )
         page.goto(demo.url + "/automation")
         page.get_by_role("link").filter(has_text=re.compile(r"^harbor_branch_sensor")).click()
         running = page.get_by_role("row", name="Running").get_by_role("checkbox")
         running.wait_for(state="attached")  # a styled switch: the input itself is hidden
         if running.is_checked():
             running.dispatch_event("click")
-        wait_until("harbor_branch_sensor to show as stopped", lambda: not running.is_checked(), 20, 0.5)
+        wait_until(
+            "harbor_branch_sensor to show as stopped", lambda: not running.is_checked(), 20, 0.5
+        )
         fix = advance_harbor(sb.root, fix=True)
         print(f"[ui] harbor fix {fix[:8]} pushed at {time.monotonic() - started:.0f} s")
 
         # 3. relock_harbor from the UI: it re-locks the consumer on the fix and pushes one commit.
         run_url = launch_from_launchpad(page, demo, "relock_harbor")
         status = wait_run_page(page, 240)
-        assert status == "Success", f"relock_harbor launched from the UI ended in {status}: {run_url}"
+        assert status == "Success", (
+            f"relock_harbor launched from the UI ended in {status}: {run_url}"
+        )
         relocked = consumer.commit(CONSUMER_BRANCH)
-        assert relocked.hexsha != first_commit, "relock_harbor succeeded but pushed no consumer commit"
-        assert f"#{fix}" in consumer.git.show(f"{relocked.hexsha}:uv.lock"), "the pushed uv.lock does not pin the fix"
-        print(f"[ui] relock_harbor {run_url.rsplit('/', 1)[1][:8]} pushed {relocked.hexsha[:8]} "
-              f"at {time.monotonic() - started:.0f} s")
+        assert relocked.hexsha != first_commit, (
+            "relock_harbor succeeded but pushed no consumer commit"
+        )
+        assert f"#{fix}" in consumer.git.show(f"{relocked.hexsha}:uv.lock"), (
+            "the pushed uv.lock does not pin the fix"
+        )
+        print(
+            f"[ui] relock_harbor {run_url.rsplit('/', 1)[1][:8]} pushed {relocked.hexsha[:8]} "
+            f"at {time.monotonic() - started:.0f} s"
+        )
 
         # 4. build_tpu for that commit: started by consumer_rebuild_sensor (rebuild_on_lock_change).
         build_runs = f"{demo.url}/locations/tpu/jobs/build_tpu/runs"
@@ -377,55 +464,92 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
             seen[:] = run_rows(page, build_runs)
             rows = [r for r in seen if partition in r["text"]]
             failed = [r for r in rows if r["status"] in ("Failure", "Canceled")]
-            assert not failed, f"build_tpu for {relocked.hexsha[:8]} ended in {failed[0]['status']}: {demo.url}{failed[0]['href']}"
+            assert not failed, (
+                f"build_tpu for {relocked.hexsha[:8]} ended in {failed[0]['status']}: "
+                f"{demo.url}{failed[0]['href']}"
+            )
             return any(r["status"] == "Success" for r in rows)
 
-        wait_until(lambda: f"a successful build_tpu run for partition {relocked.hexsha[:8]} (build_tpu runs: {describe(seen)})",
-                   build_succeeded, 300, 3)
-        print(f"[ui] build_tpu {relocked.hexsha[:8]} verified at {time.monotonic() - started:.0f} s")
+        wait_until(
+            lambda: (
+                f"a successful build_tpu run for partition {relocked.hexsha[:8]} (build_tpu "
+                f"runs: {describe(seen)})"
+            ),
+            build_succeeded,
+            300,
+            3,
+        )
+        print(
+            f"[ui] build_tpu {relocked.hexsha[:8]} verified at {time.monotonic() - started:.0f} s"
+        )
 
-        # The runbook's starting point: the first build's image (the unfixed guard, never verified) was put on
-        # :tpu by hand before lockstep, so the promotion has a harbor to compare with: its changelog is the fix.
+        # The runbook's starting point: the first build's image (the unfixed guard, never verified)
+        # was put on :tpu by hand before lockstep, so the promotion has
+        # a harbor to compare with: its changelog is the fix.
         ref = ImageRef.parse(site.tpu.image)
         registry = registry_for(site)
-        broken = registry.resolve(repository=ref.repository, reference=f"tpu-{consumer.git.rev_parse('--short', first_commit)}")
+        broken = registry.resolve(
+            repository=ref.repository,
+            reference=f"tpu-{consumer.git.rev_parse('--short', first_commit)}",
+        )
         assert broken is not None, "the first (failing) build pushed no pinned tag"
         registry.tag(repository=ref.repository, digest=broken, tag=site.tpu.floating_tag)
         fix_subject = git.Repo(sb.harbor).commit(fix).summary
 
         # 5. promote_tpu from the UI (its launchpad config is pre-filled: action promote).
-        run_url = launch_from_launchpad(page, demo, "promote_tpu", expect_config=r"action:\s*promote")
+        run_url = launch_from_launchpad(
+            page, demo, "promote_tpu", expect_config=r"action:\s*promote"
+        )
         status = wait_run_page(page, 180)
         assert status == "Success", f"promote_tpu launched from the UI ended in {status}: {run_url}"
-        print(f"[ui] promote_tpu {run_url.rsplit('/', 1)[1][:8]} done at {time.monotonic() - started:.0f} s")
+        print(
+            f"[ui] promote_tpu {run_url.rsplit('/', 1)[1][:8]} done at "
+            f"{time.monotonic() - started:.0f} s"
+        )
 
         # 6. tpu/floating_tag: the move as the page shows it, against the registry.
         page.set_viewport_size({"width": VIEWPORT["width"], "height": 1300})
         page.goto(demo.url + "/assets/tpu/floating_tag")
         to_digest = metadata_value(page, "to_digest")
         action, build = metadata_value(page, "action"), metadata_value(page, "build")
-        assert DIGEST.fullmatch(to_digest), f"to_digest on the tpu/floating_tag page is {to_digest!r}"
+        assert DIGEST.fullmatch(to_digest), (
+            f"to_digest on the tpu/floating_tag page is {to_digest!r}"
+        )
         assert action == "promote" and build == relocked.hexsha, (action, build)
         page.get_by_text(re.compile(r"promote :tpu .* -> " + re.escape(to_digest))).first.wait_for()
-        assert metadata_value(page, "from_digest") == broken, "the promotion does not start from the hand-moved digest"
-        # The changelog table: the harbor commit this promotion adds, as a row of the page's metadata.
-        changelog = page.get_by_role("row").filter(has=page.get_by_role("cell", name="changelog", exact=True)).first
+        assert metadata_value(page, "from_digest") == broken, (
+            "the promotion does not start from the hand-moved digest"
+        )
+        # The changelog table: the harbor commit this
+        # promotion adds, as a row of the page's metadata.
+        changelog = (
+            page.get_by_role("row")
+            .filter(has=page.get_by_role("cell", name="changelog", exact=True))
+            .first
+        )
         changelog.get_by_role("cell", name=fix_subject, exact=True).wait_for()
-        assert changelog.get_by_role("cell", name=fix_subject, exact=True).is_visible(), f"{fix_subject!r} is not shown"
-        assert changelog.get_by_role("cell", name=fix, exact=True).is_visible(), f"the fix {fix[:8]}'s row has no sha"
+        assert changelog.get_by_role("cell", name=fix_subject, exact=True).is_visible(), (
+            f"{fix_subject!r} is not shown"
+        )
+        assert changelog.get_by_role("cell", name=fix, exact=True).is_visible(), (
+            f"the fix {fix[:8]}'s row has no sha"
+        )
         in_registry = registry.resolve(repository=ref.repository, reference=site.tpu.floating_tag)
-        assert to_digest == in_registry, f"the page says :tpu -> {to_digest}, the registry says {in_registry}"
+        assert to_digest == in_registry, (
+            f"the page says :tpu -> {to_digest}, the registry says {in_registry}"
+        )
         PROMOTED["build"] = relocked.hexsha
         DOCS.mkdir(exist_ok=True)
-        # The status section loads last: its "Latest materialization" tag reads "N seconds/minutes ago".
+        # The status section loads last: its "Latest
+        # materialization" tag reads "N seconds/minutes ago".
         page.get_by_text(re.compile(r"^(\d+|a|an|a few) (seconds?|minutes?) ago$")).first.wait_for()
         page.wait_for_timeout(1000)
         page.evaluate("() => document.activeElement && document.activeElement.blur()")
         page.screenshot(path=str(DOCS / "floating-tag.png"))
 
-        # The graph after the run, both groups expanded, for the README: a wide window without the group tree
-        # on the left, cropped to the graph. Node colours are the latest status (the first build's red is the
-        # sandbox's deliberate failure).
+        # The graph after the run, both groups expanded, for the README: a wide window without the
+        # group tree on the left, cropped to the graph. Node colours are the latest status (the
+        # first build's red is the sandbox's deliberate failure).
         page.set_viewport_size(GRAPH_SHOT)
         page.goto(demo.url + "/asset-groups")
         page.get_by_text("Global asset lineage").wait_for()
@@ -434,15 +558,23 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
             tree_toggle.click()
         expand_all_groups(page)
         page.get_by_text("floating_tag", exact=True).first.wait_for()
-        wait_until("the graph's nodes to load their status", lambda: page.get_by_text("Loading...").count() == 0, 30, 0.5)
+        wait_until(
+            "the graph's nodes to load their status",
+            lambda: page.get_by_text("Loading...").count() == 0,
+            30,
+            0.5,
+        )
         page.evaluate("() => document.activeElement && document.activeElement.blur()")
         page.wait_for_timeout(500)
         page.screenshot(path=str(DOCS / "asset-graph.png"), clip=graph_extent(page))
-        print(f"[ui] :tpu -> {to_digest} (registry agrees); screenshots in {DOCS}; "
-              f"at {time.monotonic() - started:.0f} s")
+        print(
+            f"[ui] :tpu -> {to_digest} (registry agrees); screenshots in {DOCS}; "
+            f"at {time.monotonic() - started:.0f} s"
+        )
 
-        # 7. A sensor tick that found nothing says why: lab_rev_sensor (running all along, every 30 s) shows
-        # its skip reason, naming the remote and the sha it saw, on the latest tick's "0 runs requested".
+        # 7. A sensor tick that found nothing says why: lab_rev_sensor (running all along, every 30
+        #    s) shows its skip reason, naming the remote and the sha
+        # it saw, on the latest tick's "0 runs requested".
         jovian = site.jovian
         assert jovian is not None
         tip = git.Repo(JovianRepos(repos=sb.repos).lab).commit(jovian.lab_branch).hexsha
@@ -451,10 +583,17 @@ def test_demo_ui_relock_build_promote(page: Page, demo: Demo, tmp_path: Path) ->
         page.goto(demo.url + "/automation")
         page.get_by_role("link").filter(has_text=re.compile(r"^lab_rev_sensor")).click()
         page.get_by_text("Latest tick", exact=True).wait_for()
-        latest = page.get_by_role("row").filter(has_text="Latest tick").get_by_text("0 runs requested", exact=True)
+        latest = (
+            page.get_by_role("row")
+            .filter(has_text="Latest tick")
+            .get_by_text("0 runs requested", exact=True)
+        )
         latest.hover()
         expect(page.get_by_text(reason, exact=True).first).to_be_visible(timeout=10_000)
-        print(f"[ui] lab_rev_sensor's skip reason shown: {reason!r}; {time.monotonic() - started:.0f} s in the browser")
+        print(
+            f"[ui] lab_rev_sensor's skip reason shown: {reason!r}; "
+            f"{time.monotonic() - started:.0f} s in the browser"
+        )
 
 
 # -- the command line, through the same webserver -------------------------------------------------
@@ -466,13 +605,22 @@ def lockstep(demo: Demo, *args: str, home: Path | None = None) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LOCKSTEP_SITE")}
     if home is not None:
         env |= {"DAGSTER_HOME": str(home), "LOCKSTEP_SITE": str(demo.sandbox.site_file)}
-    return subprocess.run([str(lockstep_command()), *args, "--url", demo.url], env=env, check=False,
-                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, cwd=ROOT)
+    return subprocess.run(
+        [str(lockstep_command()), *args, "--url", demo.url],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        cwd=ROOT,
+    )
 
 
 def said(done: subprocess.CompletedProcess[str], demo: Demo) -> str:
-    return (f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-3000:]}\n"
-            f"dagster dev:\n{demo.log_tail(3000)}")
+    return (
+        f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-3000:]}\n"
+        f"dagster dev:\n{demo.log_tail(3000)}"
+    )
 
 
 def refresh_status(demo: Demo) -> None:
@@ -486,11 +634,16 @@ def refresh_status(demo: Demo) -> None:
 
 def wait_runs_finished(instance: dg.DagsterInstance, demo: Demo) -> None:
     """Until no run the sensors launched before they were stopped is still queued or running."""
+
     def idle() -> bool:
         return all(r.dagster_run.is_finished for r in instance.get_run_records())
 
-    wait_until(lambda: f"the sensors' runs to finish; dagster dev:\n{demo.log_tail(3000)}", idle,
-               COMMAND_TIMEOUT_S, 1)
+    wait_until(
+        lambda: f"the sensors' runs to finish; dagster dev:\n{demo.log_tail(3000)}",
+        idle,
+        COMMAND_TIMEOUT_S,
+        1,
+    )
 
 
 def newest_move(instance: dg.DagsterInstance) -> dict[str, object]:
@@ -507,8 +660,9 @@ def run_text(instance: dg.DagsterInstance, run_id: str) -> str:
 def test_promote_rollback_and_hold_release_through_the_webserver_record_who_acted(
     demo: Demo, tmp_path: Path
 ) -> None:
-    assert "build" in PROMOTED, \
+    assert "build" in PROMOTED, (
         "this test continues from the promotion test_demo_ui_relock_build_promote makes"
+    )
     older, sb = PROMOTED["build"], demo.sandbox
     home = sb.root / "dagster_home"  # the demo's instance (lockstep/cli.py demo)
     stop_sensors(demo.url)  # the only runs from here on are the commands'
@@ -525,8 +679,9 @@ def test_promote_rollback_and_hold_release_through_the_webserver_record_who_acte
         acted(demo, home, instance, tpu, older, newer)
 
 
-def acted(demo: Demo, home: Path, instance: dg.DagsterInstance, tpu: Pipeline, older: str,
-          newer: str) -> None:
+def acted(
+    demo: Demo, home: Path, instance: dg.DagsterInstance, tpu: Pipeline, older: str, newer: str
+) -> None:
     """The commands, in a person's order, against `demo`; `older` is on :tpu, `newer` verified."""
     # --plan changes nothing: the tag stays where it is, and no run is launched.
     refresh_status(demo)

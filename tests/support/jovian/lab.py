@@ -20,7 +20,9 @@ ASSETS = list(defs.assets or [])
 
 
 class Lab:
-    def __init__(self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance) -> None:
+    def __init__(
+        self, sb: Sandbox, resources: dict[str, object], instance: dg.DagsterInstance
+    ) -> None:
         self.sb, self.resources, self.instance = sb, resources, instance
         self.build_repo = sb.repos / "docker-images.git"
         self.lab_repo = sb.repos / "rtx6kpro.git"
@@ -33,24 +35,50 @@ class Lab:
             self.instance.add_dynamic_partitions("lab_revs", list(request.partition_keys))
         return result
 
-    def adopt(self, rev: str, tags: dict[str, str] | None = None, *, build: bool = False) -> dg.ExecuteInProcessResult:
+    def adopt(
+        self, rev: str, tags: dict[str, str] | None = None, *, build: bool = False
+    ) -> dg.ExecuteInProcessResult:
         """adopt_lab_rev's five assets for `rev`; with build=True also build_jovian_rev's four."""
         if not self.instance.has_dynamic_partition("lab_revs", rev):
             self.instance.add_dynamic_partitions("lab_revs", [rev])
-        selection = None if build else dg.AssetSelection.assets(SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES)
-        return dg.materialize(ASSETS, selection=selection, partition_key=rev, resources=self.resources,
-                              instance=self.instance, tags=tags, raise_on_error=False)
-
+        selection = (
+            None
+            if build
+            else dg.AssetSelection.assets(
+                SOURCE_LOCK, FORK_CUT, BUILD_PROFILE, DEP_TABLE, DEP_TREES
+            )
+        )
+        return dg.materialize(
+            ASSETS,
+            selection=selection,
+            partition_key=rev,
+            resources=self.resources,
+            instance=self.instance,
+            tags=tags,
+            raise_on_error=False,
+        )
 
     def build(self, rev: str) -> dg.ExecuteInProcessResult:
         """jovian/image alone, from what the adoption assets last recorded for `rev`."""
-        return dg.materialize(ASSETS, selection=dg.AssetSelection.assets(IMAGE), partition_key=rev,
-                              resources=self.resources, instance=self.instance, raise_on_error=False)
+        return dg.materialize(
+            ASSETS,
+            selection=dg.AssetSelection.assets(IMAGE),
+            partition_key=rev,
+            resources=self.resources,
+            instance=self.instance,
+            raise_on_error=False,
+        )
 
     def bench(self, rev: str) -> dg.ExecuteInProcessResult:
         """jovian/bench_report alone, against what jovian/lane_serving last recorded for `rev`."""
-        return dg.materialize(ASSETS, selection=dg.AssetSelection.assets(BENCH), partition_key=rev,
-                              resources=self.resources, instance=self.instance, raise_on_error=False)
+        return dg.materialize(
+            ASSETS,
+            selection=dg.AssetSelection.assets(BENCH),
+            partition_key=rev,
+            resources=self.resources,
+            instance=self.instance,
+            raise_on_error=False,
+        )
 
 
 def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
@@ -63,4 +91,7 @@ def done(result: dg.ExecuteInProcessResult) -> set[str]:
 
 def meta(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, object]:
     (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == key]
-    return {k: getattr(v, "value", getattr(v, "md_str", v)) for k, v in event.materialization.metadata.items()}
+    return {
+        k: getattr(v, "value", getattr(v, "md_str", v))
+        for k, v in event.materialization.metadata.items()
+    }

@@ -1,1 +1,2 @@
-"""Helpers for the TPU tests: the daemon, registries with race windows, the workers and code locations they run."""
+"""Helpers for the TPU tests: the daemon, registries with
+race windows, the workers and code locations they run."""

@@ -18,7 +18,9 @@ from tpu_assets.definitions import build_defs
 from tpu_assets.jobs import promote_tpu
 
 
-@dg.sensor(job=promote_tpu, minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job=promote_tpu, minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING
+)
 def submit_test_runs(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
     submit = Path(f"{os.environ[ARM_ENV]}.submit")
     try:
@@ -26,10 +28,18 @@ def submit_test_runs(context: dg.SensorEvaluationContext) -> dg.SensorResult | d
     except FileNotFoundError:
         return dg.SkipReason("nothing to submit")
     submit.unlink()
-    run_config = {"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": build}}},
-                  "execution": {"config": {"in_process": {}}}}  # the move runs in the run worker itself
-    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"{context.cursor or ''}{n}", run_config=run_config)
-                                         for n in ("first", "second")], cursor="submitted")
+    run_config = {
+        "ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": build}}},
+        # the move runs in the run worker itself
+        "execution": {"config": {"in_process": {}}},
+    }
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(run_key=f"{context.cursor or ''}{n}", run_config=run_config)
+            for n in ("first", "second")
+        ],
+        cursor="submitted",
+    )
 
 
 def _defs() -> dg.Definitions:
@@ -37,9 +47,13 @@ def _defs() -> dg.Definitions:
     assert site is not None, "LOCKSTEP_SITE must name the test's site file"
     real = build_defs(site)
     registry = HeldAfterPut(host=ImageRef.parse(site.tpu.image).registry, arm=os.environ[ARM_ENV])
-    return dg.Definitions(assets=real.assets, asset_checks=real.asset_checks, jobs=real.jobs,
-                          sensors=[*(real.sensors or []), submit_test_runs],
-                          resources={**(real.resources or {}), "registry": registry})
+    return dg.Definitions(
+        assets=real.assets,
+        asset_checks=real.asset_checks,
+        jobs=real.jobs,
+        sensors=[*(real.sensors or []), submit_test_runs],
+        resources={**(real.resources or {}), "registry": registry},
+    )
 
 
 defs = _defs()

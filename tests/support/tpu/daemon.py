@@ -1,5 +1,6 @@
 """`dagster-daemon run` on a prepared instance, as the crash test needs it: started in its own
-session from the repo root (under `env --default-signal=INT,TERM`, like tests/support/ui/dagster_dev.py),
+session from the repo root (under `env --default-signal=INT,TERM`, like
+tests/support/ui/dagster_dev.py),
 killed -9 with everything it started, or stopped by PID; and waits that fail with the log's tail."""
 
 from __future__ import annotations
@@ -38,9 +39,15 @@ def write_demo_home(home: Path) -> None:
 def start_daemon(workspace: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     daemon = Path(sys.executable).parent / "dagster-daemon"
     with log.open("ab") as out:
-        return subprocess.Popen(["env", "--default-signal=INT,TERM", str(daemon), "run", "-w", str(workspace)],
-                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            ["env", "--default-signal=INT,TERM", str(daemon), "run", "-w", str(workspace)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def live_members(pgid: int) -> list[int]:
@@ -52,14 +59,20 @@ def is_gone(pid: int) -> bool:
 
 
 def kill_hard(proc: subprocess.Popen[bytes], *, also: int, log: Path) -> None:
-    """SIGKILL the daemon's whole session (its code servers, their run workers) and `also`, a process
+    """SIGKILL the daemon's whole session (its code
+    servers, their run workers) and `also`, a process
     that may sit elsewhere; wait until none of them is left."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.kill(also, signal.SIGKILL)
     proc.wait(timeout=30)
-    wait_for("the killed processes to be gone", lambda: not live_members(proc.pid) and is_gone(also), log, 30)
+    wait_for(
+        "the killed processes to be gone",
+        lambda: not live_members(proc.pid) and is_gone(also),
+        log,
+        30,
+    )
 
 
 def stop_daemon(proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -75,4 +88,6 @@ def wait_for(what: str, done: Callable[[], T], log: Path, timeout_s: float) -> T
         if value := done():
             return value
         time.sleep(0.25)
-    pytest.fail(f"{what}: not within {timeout_s:.0f} s; {log.name}:\n{log_tail(log, 4000)}", pytrace=False)
+    pytest.fail(
+        f"{what}: not within {timeout_s:.0f} s; {log.name}:\n{log_tail(log, 4000)}", pytrace=False
+    )

@@ -28,7 +28,8 @@ from tests.support.tpu import registries
 from tpu_assets import promotion_assets
 from tpu_assets.history import FLOATING_TAG
 
-# The move alone: the WARN check on the image at the tag reads layers and has nothing to do with the race.
+# The move alone: the WARN check on the image at the
+# tag reads layers and has nothing to do with the race.
 ONLY_THE_MOVE = dg.AssetSelection.assets(FLOATING_TAG).without_checks()
 
 
@@ -51,7 +52,8 @@ def main(args: WorkerArgs) -> dict[str, object]:
 
     @contextlib.contextmanager
     def lock(instance: dg.DagsterInstance, **kwargs: object) -> Iterator[str]:
-        if args.barrier_dir:  # this writer has reached the lock (taken or not): the other may wait for it
+        # this writer has reached the lock (taken or not): the other may wait for it
+        if args.barrier_dir:
             (Path(args.barrier_dir) / f"{args.name}.locking").touch()
         if not args.lock:
             yield "no lock (test: the race without it)"
@@ -61,13 +63,21 @@ def main(args: WorkerArgs) -> dict[str, object]:
 
     promotion_assets.floating_tag_lock = lock  # type: ignore[assignment]
     registry = getattr(registries, args.registry)(host=args.host, **args.registry_fields)
-    resources = {**sandbox_resources(Sandbox(root=Path(args.sandbox)), Path(args.cache)),
-                 "site": SiteResource(path=args.site_file), "registry": registry}
+    resources = {
+        **sandbox_resources(Sandbox(root=Path(args.sandbox)), Path(args.cache)),
+        "site": SiteResource(path=args.site_file),
+        "registry": registry,
+    }
     with dg.DagsterInstance.from_config(args.home) as instance:
-        run_config = {"ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": args.build}}}}
+        run_config = {
+            "ops": {"tpu__floating_tag": {"config": {"action": "promote", "build": args.build}}}
+        }
         result = materialize(resources, ONLY_THE_MOVE, instance, run_config=run_config)
-        return {"success": result.success, "run_id": result.run_id,
-                "error": "" if result.success else failure_message(result)}
+        return {
+            "success": result.success,
+            "run_id": result.run_id,
+            "error": "" if result.success else failure_message(result),
+        }
 
 
 if __name__ == "__main__":

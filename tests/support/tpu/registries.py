@@ -18,13 +18,15 @@ from pathlib import Path
 
 from resources.registry import OCI_CONFIG, OCI_MANIFEST, HttpRegistry, RegistryError
 
-# The file that arms HeldAfterPut in a code location the test serves (tests/support/tpu/crash_location.py).
+# The file that arms HeldAfterPut in a code location the test serves
+# (tests/support/tpu/crash_location.py).
 ARM_ENV = "LOCKSTEP_TEST_ARM"
 SERVER_500 = "PUT {where}: HTTP 500 Internal Server Error: the registry failed: run again later"
 
 
 class AppliedThen500(HttpRegistry):
-    """The PUT lands on the server, then the client sees a 500 (a proxy, a registry storage hiccup)."""
+    """The PUT lands on the server, then the client
+    sees a 500 (a proxy, a registry storage hiccup)."""
 
     def tag(self, *, repository: str, digest: str, tag: str) -> None:
         super().tag(repository=repository, digest=digest, tag=tag)
@@ -57,7 +59,8 @@ class FailedPut(HttpRegistry):
 
 
 class MovedRightAfter(HttpRegistry):
-    """Our PUT lands; before our re-read someone else (`crane tag`) points the tag at `then_digest`."""
+    """Our PUT lands; before our re-read someone else
+    (`crane tag`) points the tag at `then_digest`."""
 
     then_digest: str
 
@@ -77,11 +80,12 @@ class KilledAfterPut(HttpRegistry):
 class RaceWindow(HttpRegistry):
     """Holds this writer between its guard read and its PUT until the other writer is there too.
 
-    `tag` is called right after the guard read. It marks `<name>.ready`, waits until the other writer
-    has reached the floating-tag lock (its `.locking`, written by tests/support/tpu/race_worker.py), then at
-    most `wait_s` for the other's `.ready`; notes whether it came (`<name>.window`: met / alone), PUTs,
-    and appends the PUT to `puts.jsonl`. With the lock, the other writer is waiting on it and cannot
-    get here while this one holds it, so the wait ends alone; without it both PUT from the same read.
+    `tag` is called right after the guard read. It marks `<name>.ready`, waits until the other
+    writer has reached the floating-tag lock (its `.locking`, written by
+    tests/support/tpu/race_worker.py), then at most `wait_s` for the other's `.ready`; notes whether
+    it came (`<name>.window`: met / alone), PUTs, and appends the PUT to `puts.jsonl`. With the
+    lock, the other writer is waiting on it and cannot get here while this one holds it, so the wait
+    ends alone; without it both PUT from the same read.
     """
 
     barrier_dir: str
@@ -99,7 +103,9 @@ class RaceWindow(HttpRegistry):
         deadline = time.monotonic() + self.wait_s
         while not (box / f"{self.other}.ready").exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        (box / f"{self.name}.window").write_text("met" if (box / f"{self.other}.ready").exists() else "alone")
+        (box / f"{self.name}.window").write_text(
+            "met" if (box / f"{self.other}.ready").exists() else "alone"
+        )
         super().tag(repository=repository, digest=digest, tag=tag)
         with open(box / "puts.jsonl", "a") as log:
             fcntl.flock(log, fcntl.LOCK_EX)
@@ -107,18 +113,34 @@ class RaceWindow(HttpRegistry):
 
 
 def push_hand_made_image(registry: HttpRegistry, *, repository: str) -> str:
-    """A small image lockstep never built or verified, as someone's `crane push` would leave: its digest."""
-    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
-                         "config": {"Labels": {"made.by": "hand"}}}).encode()
+    """A small image lockstep never built or verified,
+    as someone's `crane push` would leave: its digest."""
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": []},
+            "config": {"Labels": {"made.by": "hand"}},
+        }
+    ).encode()
     desc = registry.push_blob(repository=repository, data=config, media_type=OCI_CONFIG)
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
-                           "config": {"mediaType": OCI_CONFIG, "digest": desc.digest, "size": desc.size}}).encode()
-    return registry.push_manifest(repository=repository, raw=manifest, media_type=OCI_MANIFEST, tag="hand-made")
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "layers": [],
+            "config": {"mediaType": OCI_CONFIG, "digest": desc.digest, "size": desc.size},
+        }
+    ).encode()
+    return registry.push_manifest(
+        repository=repository, raw=manifest, media_type=OCI_MANIFEST, tag="hand-made"
+    )
 
 
 class HeldAfterPut(HttpRegistry):
-    """Armed by the file `arm` (consumed by the first PUT that finds it): the PUT lands, this process
-    writes its pid to `<arm>.put`, and waits there for ever, between its PUT and its record, for the
+    """Armed by the file `arm` (consumed by the first PUT that finds it): the PUT lands, this
+    process writes its pid to `<arm>.put`, and waits there
+    for ever, between its PUT and its record, for the
     test to SIGKILL it. Unarmed, a plain PUT."""
 
     arm: str

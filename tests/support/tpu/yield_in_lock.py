@@ -14,7 +14,8 @@ from pathlib import Path
 import dagster as dg
 
 KEY = dg.AssetKey(["yield_in_lock", "record"])
-REPORT_ENV = "LOCKSTEP_TEST_YIELD_REPORT"  # where the block's exit writes what it saw (set by the test)
+# where the block's exit writes what it saw (set by the test)
+REPORT_ENV = "LOCKSTEP_TEST_YIELD_REPORT"
 
 
 @contextlib.contextmanager
@@ -23,7 +24,9 @@ def _block(instance: dg.DagsterInstance, run_id: str) -> Iterator[None]:
         yield
     finally:
         stored = [r.run_id for r in instance.fetch_materializations(KEY, limit=5).records]
-        Path(os.environ[REPORT_ENV]).write_text(json.dumps({"pid": os.getpid(), "stored": stored, "run_id": run_id}))
+        Path(os.environ[REPORT_ENV]).write_text(
+            json.dumps({"pid": os.getpid(), "stored": stored, "run_id": run_id})
+        )
 
 
 @dg.asset(key=KEY)
@@ -34,7 +37,11 @@ def record(context: dg.AssetExecutionContext) -> Iterator[dg.MaterializeResult]:
 
 defs = dg.Definitions(
     assets=[record],
-    jobs=[dg.define_asset_job("in_a_step_process", selection=[KEY], executor_def=dg.multiprocess_executor)],
+    jobs=[
+        dg.define_asset_job(
+            "in_a_step_process", selection=[KEY], executor_def=dg.multiprocess_executor
+        )
+    ],
 )
 
 

@@ -1,11 +1,13 @@
-"""`lockstep demo` as a pytest fixture: a sandbox in tmp, `dagster dev` on a free port, stopped by PID.
+"""`lockstep demo` as a pytest fixture: a sandbox in
+tmp, `dagster dev` on a free port, stopped by PID.
 
-The demo is started the way a user starts it (`lockstep demo --dir DIR --port N` from the repo root),
-under `env --default-signal=INT,TERM`: a `dagster dev` started from a script that ignores SIGINT/SIGTERM
-(as pytest's runners may) would otherwise ignore them too, and could not be stopped cleanly. It runs in
-its own session, so its process group is exactly what it started (webserver, daemon, code servers);
-at the end the group gets SIGTERM, then SIGKILL for anything still there, and nothing is left behind.
-The port, the readiness loop and the terminate/wait/kill are tests/support/servers.py's.
+The demo is started the way a user starts it (`lockstep demo --dir DIR --port N` from the repo
+root), under `env --default-signal=INT,TERM`: a `dagster dev` started from a script that ignores
+SIGINT/SIGTERM (as pytest's runners may) would otherwise ignore them too, and could not be stopped
+cleanly. It runs in its own session, so its process group is exactly what it started (webserver,
+daemon, code servers); at the end the group gets SIGTERM, then SIGKILL for anything still there, and
+nothing is left behind. The port, the readiness loop and the
+terminate/wait/kill are tests/support/servers.py's.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from tests.support.servers import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-# dagster dev answers /server_info after ~18-25 s on a quiet machine; with the browser and the daemon
-# tests each starting one on a parallel worker of a loaded 2-core machine, it took over 120 s once.
+# dagster dev answers /server_info after ~18-25 s on a quiet machine; with the browser and the
+# daemon tests each starting one on a parallel worker
+# of a loaded 2-core machine, it took over 120 s once.
 READY_TIMEOUT_S = 300.0
 STOP_GRACE_S = 25.0
 
@@ -56,31 +59,50 @@ def lockstep_command() -> Path:
     """The `lockstep` console script of the environment running the tests (the project venv)."""
     script = Path(sys.executable).parent / "lockstep"
     if not script.exists():
-        pytest.fail(f"no `lockstep` console script next to {sys.executable}: run the tests with `uv run pytest` "
-                    "(or `./dev test`) so the project is installed", pytrace=False)
+        pytest.fail(
+            f"no `lockstep` console script next to {sys.executable}: run the tests with `uv run "
+            "pytest` "
+            "(or `./dev test`) so the project is installed",
+            pytrace=False,
+        )
     return script
 
 
 def start_demo(tmp: Path) -> Demo:
     sb = up(tmp / "sandbox")
     port = free_port()
-    return start_process([str(lockstep_command()), "demo", "--dir", str(sb.root), "--port", str(port)],
-                         url=f"http://127.0.0.1:{port}", sandbox=sb, log=tmp / "demo.log", env=dict(os.environ))
+    return start_process(
+        [str(lockstep_command()), "demo", "--dir", str(sb.root), "--port", str(port)],
+        url=f"http://127.0.0.1:{port}",
+        sandbox=sb,
+        log=tmp / "demo.log",
+        env=dict(os.environ),
+    )
 
 
-def start_process(argv: list[str], *, url: str, sandbox: Sandbox, log: Path, env: dict[str, str]) -> Demo:
+def start_process(
+    argv: list[str], *, url: str, sandbox: Sandbox, log: Path, env: dict[str, str]
+) -> Demo:
     """Start a Dagster UI process (the demo, or `dagster dev` on a prepared instance) in its own
     session from the repo root, and wait until `url` answers."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(["env", "--default-signal=INT,TERM", *argv], cwd=ROOT, env=env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            ["env", "--default-signal=INT,TERM", *argv],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     demo = Demo(url=url, sandbox=sandbox, proc=proc, log=log)
     wait_ready(demo)  # which stops it, if it does not come up
     return demo
 
 
 def wait_ready(demo: Demo) -> None:
-    """Until /server_info answers; else the demo is stopped and the test fails with its log's tail."""
+    """Until /server_info answers; else the demo is
+    stopped and the test fails with its log's tail."""
     last = "no answer yet"  # the probe's last error, for the timeout message
 
     def answers() -> bool:
@@ -93,17 +115,31 @@ def wait_ready(demo: Demo) -> None:
 
     def message(returncode: int | None, tail: str) -> str:
         if returncode is not None:
-            return f"`lockstep demo` exited with {returncode} before the UI answered; its log:\n{tail}"
-        return (f"{demo.url}/server_info did not answer within {READY_TIMEOUT_S:.0f} s ({last}); the demo's log:\n"
-                f"{tail}")
+            return (
+                f"`lockstep demo` exited with {returncode} before the UI answered; its log:\n{tail}"
+            )
+        return (
+            f"{demo.url}/server_info did not answer within {READY_TIMEOUT_S:.0f} s ({last}); the "
+            "demo's log:\n"
+            f"{tail}"
+        )
 
     try:
-        wait_until_ready(demo.proc, answers, timeout_s=READY_TIMEOUT_S, interval_s=0.5, log=demo.log,
-                         tail_chars=4000, message=message, stop=lambda: stop_demo(demo))
+        wait_until_ready(
+            demo.proc,
+            answers,
+            timeout_s=READY_TIMEOUT_S,
+            interval_s=0.5,
+            log=demo.log,
+            tail_chars=4000,
+            message=message,
+            stop=lambda: stop_demo(demo),
+        )
         return
     except ServerNotReady as exc:
         failure = str(exc)
-    # Failed outside the except block: the report is the message and the log, not a chained traceback.
+    # Failed outside the except block: the report is
+    # the message and the log, not a chained traceback.
     pytest.fail(failure, pytrace=False)
 
 
@@ -116,7 +152,8 @@ def stop_demo(demo: Demo) -> None:
     """SIGTERM to the demo's process group, wait, then SIGKILL whatever is left in it."""
     pgid = demo.proc.pid  # start_new_session: the leader's pid is the group id
     stop_process(demo.proc, grace_s=STOP_GRACE_S, group=True)
-    # dagster dev can restart a code server while it shuts down: give stragglers a moment, then kill them.
+    # dagster dev can restart a code server while it shuts
+    # down: give stragglers a moment, then kill them.
     deadline = time.monotonic() + 5
     while _group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -172,5 +209,6 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             stop_demo(server)
         finally:
             # The demo stops its sandbox on SIGTERM; should it have been killed first, what it left
-            # (engines, iris jobs, the git daemon) is stopped here, by the PIDs the sandbox recorded.
+            # (engines, iris jobs, the git daemon) is
+            # stopped here, by the PIDs the sandbox recorded.
             stop_sandbox(server.sandbox.root)
